@@ -1,0 +1,401 @@
+"""population.py: tiny base, members, both generation engines (and their agreement), log-probs, ratings,
+matchmaking and checkpoints. vLLM tests share one engine per module (start-up costs seconds)."""
+import json
+import os
+import random
+import statistics
+
+import numpy as np
+import pytest
+import torch
+import trueskill
+
+import population as P
+from conftest import require_vllm
+
+CFG = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, seed=0, max_model_len=1024,
+           lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+ROLES4 = ["teacher", "teacher", "student", "student"]
+
+
+def make_population(tiny_dir, roles=ROLES4, scale=0.2, seed=0):
+    """Fresh base + members whose adapters are random (B = 0 would make every member equal the base)."""
+    base, tokenizer, path = P.load_base(tiny_dir)
+    model, members = P.init_population(base, tokenizer, CFG, roles)
+    g = torch.Generator().manual_seed(seed)
+    for m in members:
+        P.set_adapter(model, m["name"], {k: torch.randn(v.shape, generator=g) * scale
+                                         for k, v in P.get_adapter(model, m["name"]).items()})
+    return model, tokenizer, path, members
+
+
+def prompts(n, seed=0, longest=400):
+    rng = random.Random(seed)
+    return ["".join(chr(rng.randint(32, 126)) for _ in range(rng.randint(1, longest))) for _ in range(n)]
+
+
+def sgd_step(model, name, lr=0.5):
+    """One real optimizer step on member `name` (AdamW on a log-likelihood loss), returns the optimizer."""
+    optimizer = torch.optim.AdamW(P.trainable_params(model, name), lr=lr, weight_decay=0.0)
+    logp, mask, _ = P.token_logprobs(model, name, [[10, 20, 30, 40], [50, 60]], [[70, 80, 90], [100]])
+    (-(logp.sum() / mask.sum())).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return optimizer
+
+
+def full_logits(model, name, ids):
+    """Reference forward: whole-sequence logits under one adapter via peft's own adapter_names= path."""
+    model.eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), adapter_names=[name]).logits[0]
+
+
+# ----------------------------------------------------------------------------- base model
+
+
+def test_build_tiny_is_deterministic_and_byte_level(tmp_path):
+    a, b, c = (P.build_tiny(str(tmp_path / x), seed=s) for x, s in (("a", 0), ("b", 0), ("c", 1)))
+    names = sorted(os.listdir(a))
+    assert "model.safetensors" in names and "tokenizer.json" in names
+    for n in names:
+        assert open(os.path.join(a, n), "rb").read() == open(os.path.join(b, n), "rb").read(), n
+    assert open(os.path.join(a, "model.safetensors"), "rb").read() != open(os.path.join(c, "model.safetensors"), "rb").read()
+    _, tokenizer, _ = P.load_base(a)
+    text = "def f(x):\n    return x + 'é✓'\t"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert ids == list(text.encode())  # one token per byte, id == byte value, no BOS
+    assert tokenizer.decode(ids) == text
+    assert len(tokenizer) == 258 and tokenizer.eos_token_id == 256 and tokenizer.pad_token_id == 257
+
+
+def test_load_base_tiny_cached_and_frozen(tmp_path):
+    base, _, path = P.load_base("tiny", cache_dir=str(tmp_path))
+    stamp = os.path.getmtime(os.path.join(path, "model.safetensors"))
+    _, _, path2 = P.load_base("tiny", cache_dir=str(tmp_path))
+    assert path2 == path and os.path.getmtime(os.path.join(path, "model.safetensors")) == stamp
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("tiny-")]) == 1
+    assert all(not p.requires_grad for p in base.parameters())
+    cfg = base.config
+    assert cfg.hidden_size // cfg.num_attention_heads >= 32 and cfg.max_position_embeddings >= 16384
+
+
+# ----------------------------------------------------------------------------- members
+
+
+def test_init_population_names_ids_and_roles(tiny_dir):
+    base, tokenizer, _ = P.load_base(tiny_dir)
+    _, members = P.init_population(base, tokenizer, CFG, ["teacher", "student", "teacher", "student", "student"])
+    assert [m["name"] for m in members] == ["t0", "s0", "t1", "s1", "s2"]
+    assert [m["lora_id"] for m in members] == [1, 2, 3, 4, 5] and len({m["id"] for m in members}) == 5
+    assert all(m["mu"] == 25.0 and abs(m["sigma"] - 25 / 3) < 1e-12 and m["lineage"] == [] for m in members)
+    base, tokenizer, _ = P.load_base(tiny_dir)
+    _, single = P.init_population(base, tokenizer, CFG, ["both"])
+    assert [(m["name"], m["role"]) for m in single] == [("a0", "both")]
+    with pytest.raises(ValueError, match="unknown role"):
+        P.init_population(*P.load_base(tiny_dir)[:2], CFG, ["coach"])
+
+
+def test_zero_init_adapter_is_a_no_op(tiny_dir):
+    base, tokenizer, _ = P.load_base(tiny_dir)
+    ids = list(b"def f(a, b):\n    return a * b + 1")
+    base.eval()
+    with torch.no_grad():
+        expected = base(input_ids=torch.tensor([ids])).logits[0].clone()
+    model, members = P.init_population(base, tokenizer, CFG, ROLES4)
+    for m in members:
+        assert torch.equal(full_logits(model, m["name"], ids), expected), m["name"]
+        logp, _, _ = P.token_logprobs(model, m["name"], [ids[:5]], [ids[5:]])
+        want = torch.log_softmax(expected[4:-1], -1).gather(-1, torch.tensor(ids[5:])[:, None])[:, 0]
+        assert torch.allclose(logp[0], want, atol=1e-5)
+    # and the lora_A factors are random (peft's default), differently per member
+    a0, a1 = P.get_adapter(model, "t0"), P.get_adapter(model, "t1")
+    key = next(k for k in a0 if "lora_A" in k)
+    assert a0[key].abs().sum() > 0 and not torch.equal(a0[key], a1[key])
+
+
+def test_get_set_adapter_round_trip_and_errors(tiny_dir):
+    model, _, _, _ = make_population(tiny_dir, roles=["teacher", "student"])
+    w = P.get_adapter(model, "s0")
+    P.set_adapter(model, "t0", w)
+    assert all(torch.equal(w[k], v) for k, v in P.get_adapter(model, "t0").items())
+    w[next(iter(w))] += 1.0  # get_adapter returned a copy: editing it leaves the model alone
+    assert not torch.equal(w[next(iter(w))], P.get_adapter(model, "s0")[next(iter(w))])
+    with pytest.raises(ValueError, match="keys differ"):
+        P.set_adapter(model, "t0", dict(list(w.items())[1:]))
+    with pytest.raises(ValueError, match="shape"):
+        P.set_adapter(model, "t0", {k: v[:1] for k, v in w.items()})
+    with pytest.raises(KeyError, match="zz"):
+        P.get_adapter(model, "zz")
+
+
+def test_training_step_touches_only_its_member(tiny_dir):
+    model, _, _, members = make_population(tiny_dir)
+    base_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    others_before = {m["name"]: P.get_adapter(model, m["name"]) for m in members}
+    assert all(not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+    optimizer = torch.optim.AdamW(P.trainable_params(model, "s0"), lr=1e-2)
+    logp, mask, _ = P.token_logprobs(model, "s0", [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]])
+    (-(logp.sum() / mask.sum())).backward()
+    for n, p in model.named_parameters():
+        if P._adapter_of(n) == "s0":
+            assert p.grad is not None and p.grad.abs().sum() > 0, n
+        else:
+            assert p.grad is None, n
+    optimizer.step()
+    for n, p in model.named_parameters():
+        if n in base_before:
+            assert torch.equal(p, base_before[n]), f"base weight {n} changed"
+    for m in members:
+        same = all(torch.equal(v, others_before[m["name"]][k]) for k, v in P.get_adapter(model, m["name"]).items())
+        assert same == (m["name"] != "s0"), m["name"]
+
+
+def test_token_logprobs_match_full_forward_and_ignore_padding(tiny_dir):
+    model, _, _, _ = make_population(tiny_dir, roles=["teacher", "student"])
+    rows = [(list(b"abc"), list(b"defgh")), (list(b"x" * 40), list(b"yz")), (list(b"q"), [])]
+    logp, mask, entropy = P.token_logprobs(model, "s0", [p for p, _ in rows], [c for _, c in rows])
+    assert logp.shape == mask.shape == entropy.shape == (3, 5)
+    assert mask.tolist() == [[1] * 5, [1, 1, 0, 0, 0], [0] * 5]
+    for i, (p, c) in enumerate(rows):
+        if not c:
+            assert logp[i].abs().sum() == 0 and entropy[i].abs().sum() == 0
+            continue
+        ref = torch.log_softmax(full_logits(model, "s0", p + c)[len(p) - 1:-1], -1)
+        assert torch.allclose(logp[i, :len(c)], ref.gather(-1, torch.tensor(c)[:, None])[:, 0], atol=1e-5)
+        assert torch.allclose(entropy[i, :len(c)], -(ref.exp() * ref).sum(-1), atol=1e-5)
+        alone, _, _ = P.token_logprobs(model, "s0", [p], [c])  # padding in the batch changes nothing
+        assert torch.allclose(alone[0], logp[i, :len(c)], atol=1e-5)
+    other, _, _ = P.token_logprobs(model, "t0", [p for p, _ in rows], [c for _, c in rows])
+    assert not torch.allclose(other, logp)  # the member argument matters
+    assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+
+
+# ----------------------------------------------------------------------------- hf engine
+
+
+def test_hf_mixed_batch_equals_one_at_a_time_and_manual_greedy(tiny_dir):
+    model, tokenizer, path, members = make_population(tiny_dir)
+    engine = P.make_engine("hf", path, model, tokenizer, members, CFG)
+    requests = [(p, members[i % 4]["name"]) for i, p in enumerate(prompts(8, longest=60))]
+    mixed = P.generate(engine, requests, 0.0, 1.0, 12, seed=0)
+    for r, out in zip(requests, mixed):
+        assert P.generate(engine, [r], 0.0, 1.0, 12, seed=0)[0] == out
+        assert out["prompt_ids"] == list(r[0].encode()) and out["error"] is None
+        assert out["text"] == tokenizer.decode(out["completion_ids"], skip_special_tokens=True)
+    ids = list(requests[0][0].encode())  # manual greedy decode of the first request
+    for _ in range(12):
+        ids.append(int(full_logits(model, requests[0][1], ids)[-1].argmax()))
+    assert mixed[0]["completion_ids"] == ids[-12:]
+    assert len({tuple(o["completion_ids"]) for o in mixed[:4]}) > 1  # members really differ
+
+
+def test_hf_sampling_is_seeded_and_prompt_overflow_is_per_item(tiny_dir):
+    model, tokenizer, path, members = make_population(tiny_dir, roles=["teacher", "student"])
+    engine = P.make_engine("hf", path, model, tokenizer, members, dict(CFG, max_model_len=64))
+    requests = [(p, "t0") for p in prompts(4, seed=1, longest=40)]
+    a, b = (P.generate(engine, requests, 1.0, 0.95, 10, seed=3) for _ in range(2))
+    c = P.generate(engine, requests, 1.0, 0.95, 10, seed=4)
+    assert a == b and a != c
+    out = P.generate(engine, [("x" * 70, "s0"), ("y" * 60, "s0"), ("hello", "t0")], 0.0, 1.0, 10, seed=0)
+    assert "max_model_len" in out[0]["error"] and out[0]["completion_ids"] == []
+    assert len(out[1]["completion_ids"]) <= 4 and out[1]["error"] is None  # 64 - 60 tokens of room
+    assert out[2]["error"] is None and len(out[2]["completion_ids"]) > 0
+    with pytest.raises(KeyError, match="zz"):
+        P.generate(engine, [("x", "zz")], 0.0, 1.0, 4, seed=0)
+
+
+# ----------------------------------------------------------------------------- vllm engine
+
+
+@pytest.fixture(scope="module")
+def vllm_population(tiny_dir):
+    require_vllm()
+    model, tokenizer, path, members = make_population(tiny_dir)
+    engine = P.make_engine("vllm", path, model, tokenizer, members, CFG)
+    return model, tokenizer, path, members, engine
+
+
+@pytest.mark.vllm
+def test_vllm_equals_hf_greedy_before_and_after_updates(vllm_population):
+    model, tokenizer, path, members, engine = vllm_population
+    hf = P.make_engine("hf", path, model, tokenizer, members, CFG)
+    # per member: a short prompt and one over 2 KV blocks (2 x 128 tokens), where a stale prefix cache would show
+    texts = prompts(4, seed=2, longest=50) + ["def f(x):\n" + "    x = x * 3 + 1\n" * 20 + "    return"]
+    assert len(texts[-1]) > 300
+    requests = [(t, m["name"]) for m in members for t in (texts[members.index(m)], texts[-1])]
+
+    def both():
+        v, h = (P.generate(e, requests, 0.0, 1.0, 24, seed=0) for e in (engine, hf))
+        for r, a, b in zip(requests, v, h):
+            assert a["completion_ids"] == b["completion_ids"], f"engines disagree for {r[1]}"
+            assert a["prompt_ids"] == b["prompt_ids"] and a["text"] == b["text"]
+        return [tuple(o["completion_ids"]) for o in v]
+
+    before = both()
+    assert len(set(before)) == len(before)  # 4 distinct members, 2 prompts each
+    sgd_step(model, "t1")
+    P.sync_adapters(engine, model, ["t1"], version=1)
+    after = both()
+    changed = [b != a for b, a in zip(before, after)]
+    assert changed[2] and changed[3] and not any(changed[:2] + changed[4:])  # only t1's two rows moved
+    P.set_adapter(model, "s1", P.get_adapter(model, "t0"))  # an evolution-style overwrite of a slot
+    P.sync_adapters(engine, model, ["s1"], version=2)
+    final = both()
+    assert final[7] == final[1]  # s1 now writes exactly what t0 writes on the long prompt
+    assert sorted(os.listdir(os.path.join(engine["lora_dir"], "s1"))) == ["v2"]  # old versions deleted
+
+
+@pytest.mark.vllm
+def test_vllm_sampling_seeded_per_request(vllm_population):
+    _, _, _, members, engine = vllm_population
+    requests = [(p, members[i % 4]["name"]) for i, p in enumerate(prompts(6, seed=4, longest=80))]
+    a = P.generate(engine, requests, 1.0, 0.9, 16, seed=7)
+    b = P.generate(engine, requests[:3], 1.0, 0.9, 16, seed=7)  # another batch: same draws per request
+    c = P.generate(engine, requests, 1.0, 0.9, 16, seed=8)
+    assert a[:3] == b and a != c
+    assert len({tuple(o["completion_ids"]) for o in P.generate(engine, [requests[0]] * 4, 1.0, 1.0, 16, seed=7)}) > 1
+
+
+# ----------------------------------------------------------------------------- ratings and matchmaking
+
+
+def test_match_outcome_rule():
+    cases = [(None, -1), (0.0, -1), (0.44, -1), (0.45, 0), (0.5, 0), (0.55, 0), (0.56, 1), (1.0, 1)]
+    assert [P.match_outcome(s, 0.05) for s, _ in cases] == [o for _, o in cases]
+    assert P.match_outcome(0.5, 0.0) == 0 and P.match_outcome(0.6, 0.2) == 0
+
+
+def test_rating_constants_and_updates_follow_trueskill():
+    assert (P.RATING.mu, P.RATING.sigma, P.RATING.beta, P.RATING.tau, P.RATING.draw_probability) == \
+        (25.0, 25 / 3, 25 / 6, 25 / 300, 0.1)
+    env = trueskill.TrueSkill(mu=25.0, sigma=25 / 3, beta=25 / 6, tau=25 / 300, draw_probability=0.1)
+    for outcome in (1, 0, -1):
+        t, s = {"mu": 27.0, "sigma": 6.0}, {"mu": 23.0, "sigma": 7.0}
+        P.rate_match(t, s, outcome)
+        rt, rs = env.create_rating(27.0, 6.0), env.create_rating(23.0, 7.0)
+        if outcome == -1:
+            rt, rs = env.rate_1vs1(rt, rs)
+        else:
+            rs, rt = env.rate_1vs1(rs, rt, drawn=outcome == 0)
+        assert (t["mu"], t["sigma"], s["mu"], s["sigma"]) == (rt.mu, rt.sigma, rs.mu, rs.sigma)
+        assert (s["mu"] > 23.0) == (outcome >= 0) and (t["mu"] < 27.0) == (outcome >= 0)
+        assert t["sigma"] < 6.0 and s["sigma"] < 7.0
+    assert trueskill.global_env().mu == 25.0  # the package's global environment is untouched
+
+
+def test_win_probability_and_conservative_score():
+    a, b = {"mu": 25.0, "sigma": 25 / 3}, {"mu": 25.0, "sigma": 25 / 3}
+    assert P.win_probability(a, b) == pytest.approx(0.5)
+    strong = {"mu": 35.0, "sigma": 2.0}
+    assert P.win_probability(strong, a) > 0.8 and P.win_probability(strong, a) + P.win_probability(a, strong) == pytest.approx(1)
+    members = [{"name": "x", "mu": 30.0, "sigma": 8.0}, {"name": "y", "mu": 26.0, "sigma": 1.0},
+               {"name": "z", "mu": 20.0, "sigma": 0.5}]
+    assert P.conservative_score(members[0]) == 6.0
+    assert [m["name"] for m in sorted(members, key=P.conservative_score, reverse=True)] == ["y", "z", "x"]
+
+
+def rated(prefix, mus):
+    return [{"name": f"{prefix}{i}", "mu": mu, "sigma": 3.0} for i, mu in enumerate(mus)]
+
+
+def test_matchmake_covers_everyone_and_is_deterministic():
+    rng = random.Random(0)
+    for _ in range(50):
+        teachers, students = rated("t", [rng.uniform(15, 35) for _ in range(4)]), rated("s", [rng.uniform(15, 35) for _ in range(4)])
+        seed = rng.random()
+        pairs = P.matchmake(teachers, students, random.Random(seed))
+        assert sorted(t for t, _ in pairs) == ["t0", "t1", "t2", "t3"] and sorted(s for _, s in pairs) == ["s0", "s1", "s2", "s3"]
+        assert pairs == P.matchmake(teachers, students, random.Random(seed))
+    two, four = rated("t", [25, 25]), rated("s", [25] * 4)
+    pairs = P.matchmake(two, four, random.Random(1))
+    assert sorted(s for _, s in pairs) == ["s0", "s1", "s2", "s3"] and sorted(t for t, _ in pairs) == ["t0", "t0", "t1", "t1"]
+    pairs = P.matchmake(four, two, random.Random(1))
+    assert sorted(t for t, _ in pairs) == ["s0", "s1", "s2", "s3"] and sorted(s for _, s in pairs) == ["t0", "t0", "t1", "t1"]
+    assert P.matchmake(rated("a", [25]), rated("a", [25]), random.Random(0)) == [("a0", "a0")]  # baseline
+
+
+def test_matchmake_prefers_balanced_pairs():
+    # t0 ~ s0 (p = 0.5) and t1 ~ s1; the crossed pairs are lopsided (p far from 0.5)
+    teachers, students = rated("t", [20.0, 32.0]), rated("s", [20.0, 32.0])
+    balanced = sum(sorted(P.matchmake(teachers, students, random.Random(seed))) == [("t0", "s0"), ("t1", "s1")]
+                   for seed in range(2000)) / 2000
+    w = lambda s, t: (lambda p: p * (1 - p))(P.win_probability(s, t))  # noqa: E731
+    # whichever teacher draws first picks its balanced partner with probability w_bal / (w_bal + w_crossed)
+    expect = statistics.mean([w(students[0], teachers[0]) / (w(students[0], teachers[0]) + w(students[1], teachers[0])),
+                              w(students[1], teachers[1]) / (w(students[1], teachers[1]) + w(students[0], teachers[1]))])
+    assert expect > 0.6 and abs(balanced - expect) < 0.035  # ~3.5 standard errors at n = 2000
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def checkpointed(tiny_dir, tmp_path, step=3):
+    model, _, _, members = make_population(tiny_dir, roles=["teacher", "student", "student"])
+    optimizers = {m["name"]: sgd_step(model, m["name"], lr=1e-3) for m in members}
+    members[1]["mu"], members[1]["sigma"] = 27.5, 4.25
+    members[2]["lineage"].append({"step": 2, "parents": [0, 1], "operator": "linear_0_5"})
+    archive = {"code_i": [{"program": "def f(x):\n    return x", "input": "1", "output": "1"}], "code_o": [],
+               "code_f": [{"program": "def f(a):\n    return -a", "inputs": ["1"], "outputs": ["-1"], "message": "negate"}]}
+    state = {"config": dict(CFG), "next_id": 3, "matchmaking_rng": list(random.Random(5).getstate()[1][:3])}
+    folder = P.save_checkpoint(str(tmp_path), step, model, members, optimizers, state, archive)
+    return folder, model, members, optimizers, state, archive
+
+
+def test_checkpoint_round_trip_is_exact(tiny_dir, tmp_path):
+    folder, model, members, optimizers, state, archive = checkpointed(tiny_dir, tmp_path)
+    assert os.path.basename(folder) == "step_000003" and not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+    draws = (random.random(), float(np.random.rand()), torch.rand(3))  # RNG right after the save
+    fresh, _, _, fresh_members = make_population(tiny_dir, roles=["teacher", "student", "student"], seed=9)
+    fresh_opt = {m["name"]: torch.optim.AdamW(P.trainable_params(fresh, m["name"]), lr=1e-3) for m in fresh_members}
+    loaded_state, loaded_archive = P.load_checkpoint(folder, fresh, fresh_members, fresh_opt)
+    assert (random.random(), float(np.random.rand())) == draws[:2] and torch.equal(torch.rand(3), draws[2])
+    assert loaded_state == {**state, "step": 3} and loaded_archive == archive and fresh_members == members
+    for m in members:
+        assert all(torch.equal(v, P.get_adapter(fresh, m["name"])[k]) for k, v in P.get_adapter(model, m["name"]).items())
+        a, b = optimizers[m["name"]].state_dict(), fresh_opt[m["name"]].state_dict()
+        assert a["param_groups"] == b["param_groups"] and a["state"].keys() == b["state"].keys()
+        for i in a["state"]:
+            assert all(torch.equal(a["state"][i][k], b["state"][i][k]) for k in a["state"][i])
+    # the adapter folders are plain PEFT folders
+    from peft import PeftModel
+    base, _, _ = P.load_base(tiny_dir)
+    peft_model = PeftModel.from_pretrained(base, os.path.join(folder, "adapters", "s1"), adapter_name="s1")
+    assert all(torch.equal(v, P.get_adapter(peft_model, "s1")[k]) for k, v in P.get_adapter(model, "s1").items())
+
+
+def test_latest_checkpoint_skips_incomplete(tiny_dir, tmp_path):
+    assert P.latest_checkpoint(str(tmp_path / "nothing")) is None
+    checkpointed(tiny_dir, tmp_path, step=1)
+    folder, model, members, optimizers, state, archive = checkpointed(tiny_dir, tmp_path, step=12)
+    os.makedirs(tmp_path / "step_000020" / "adapters")  # a crashed copy without state.json
+    os.makedirs(tmp_path / ".tmp_step_000030_1")
+    assert P.latest_checkpoint(str(tmp_path)) == folder
+    again = P.save_checkpoint(str(tmp_path), 12, model, members, optimizers, {"note": "resaved"}, archive)
+    assert again == folder and json.load(open(os.path.join(folder, "state.json")))["note"] == "resaved"
+
+
+@pytest.mark.parametrize("damage", ["truncate_adapter", "garble_adapter", "drop_state", "garble_state", "drop_optim",
+                                    "truncate_archive"])
+def test_damaged_checkpoint_is_a_clear_error_and_loads_nothing(tiny_dir, tmp_path, damage):
+    folder, _, _, _, _, _ = checkpointed(tiny_dir, tmp_path)
+    target = {"truncate_adapter": "adapters/s0/adapter_model.safetensors",
+              "garble_adapter": "adapters/s0/adapter_model.safetensors", "drop_state": "state.json",
+              "garble_state": "state.json", "drop_optim": "optim/t0.pt", "truncate_archive": "archive.jsonl"}[damage]
+    path = os.path.join(folder, target)
+    data = open(path, "rb").read()
+    if damage.startswith("drop"):
+        os.remove(path)
+    elif damage.startswith("truncate"):
+        open(path, "wb").write(data[:len(data) // 2])
+    else:  # same size, broken content
+        open(path, "wb").write(b"\x00" * len(data))
+    fresh, _, _, fresh_members = make_population(tiny_dir, roles=["teacher", "student", "student"], seed=9)
+    fresh_opt = {m["name"]: torch.optim.AdamW(P.trainable_params(fresh, m["name"]), lr=1e-3) for m in fresh_members}
+    before = {m["name"]: P.get_adapter(fresh, m["name"]) for m in fresh_members}
+    members_before = json.loads(json.dumps(fresh_members))
+    with pytest.raises(ValueError, match=target.replace(".", r"\.")):
+        P.load_checkpoint(folder, fresh, fresh_members, fresh_opt)
+    assert fresh_members == members_before and all(not o.state for o in fresh_opt.values())
+    for m in fresh_members:
+        assert all(torch.equal(v, before[m["name"]][k]) for k, v in P.get_adapter(fresh, m["name"]).items())
