@@ -247,6 +247,9 @@ def _make_llm(model_path, n_members, max_len, cfg):
         kwargs["enable_sleep_mode"] = True  # raises on CPU
     else:  # otherwise the CPU worker reserves gpu_memory_utilization x host RAM for the KV cache
         kwargs["kv_cache_memory_bytes"] = cfg.get("kv_cache_memory_bytes", 64 << 20)
+        # vLLM 0.32 CPU bug: a seeded request whose prompt is split over steps (chunked prefill) rewinds its
+        # torch.Generator with set_offset, which CPU generators lack (RuntimeError). Schedule prompts whole.
+        kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_len, 4096))
     if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         # one independent engine per torchrun rank inside the existing process group (SPEC §9)
         kwargs.update(distributed_executor_backend="external_launcher", tensor_parallel_size=1)

@@ -255,6 +255,10 @@ def test_vllm_sampling_seeded_per_request(vllm_population):
     c = P.generate(engine, requests, 1.0, 0.9, 16, seed=8)
     assert a[:3] == b and a != c
     assert len({tuple(o["completion_ids"]) for o in P.generate(engine, [requests[0]] * 4, 1.0, 1.0, 16, seed=7)}) > 1
+    # more prompt tokens than one scheduler step takes (4096): on CPU a split prompt + seed used to crash vLLM
+    many = [(p * 3, members[i % 4]["name"]) for i, p in enumerate(prompts(40, seed=5, longest=100))]  # no shared prefixes
+    assert sum(len(p) for p, _ in many) > 4096
+    assert all(len(o["completion_ids"]) == 4 for o in P.generate(engine, many, 1.0, 1.0, 4, seed=1))
 
 
 # ----------------------------------------------------------------------------- ratings and matchmaking
