@@ -1,0 +1,537 @@
+"""Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
+
+Why a separate file: this is the process-isolation machinery (worker start-up, fork, rlimits, namespaces, the
+job protocol), a concern of its own that verify.py's task logic (prompts, parsing, validity, grading) only calls
+through `run(jobs)`. It is also the program each worker runs (`python sandbox.py --worker ...`).
+
+Design. The calling process never forks and never evaluates model text. It starts a pool of "zygotes": warm
+Python interpreters launched separately (each with its own random PYTHONHASHSEED, so string hashing and set
+order differ between them), split into two families. A zygote reads one JSON job per line, forks a short-lived
+child for it (fork of a warm interpreter ~1 ms, versus ~60 ms to start Python), waits for the child's result
+under a wall-clock deadline, kills the child's process group and sends one JSON line back. The two runs of one
+validity check go to different families, hence to interpreters with different hash seeds.
+
+Layers (Linux; what is active is measured at start-up and returned by `layers()`):
+  2. per child: own process group; RLIMIT_AS (default 1 GiB), RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE = 0,
+     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads) made effective by dropping root to a uid of its
+     own (60000 + worker number) with no_new_privs; fresh empty temp cwd; scrubbed environment; stdin is
+     /dev/null or a read-only file with the job's stdin; fd 1/2 go to /dev/null and sys.stdout/err are capped
+     in-memory buffers (1 MiB / 64 KiB by default).
+  3. in the child before user code: destructive functions of os, shutil, subprocess, socket set to None.
+  4. wall-clock timeout per job enforced by the zygote (child group SIGKILLed, next job gets a fresh child);
+     a zygote that stops answering (timeout + 5 s) or dies is killed with its process group and replaced.
+  5. as root: each zygote unshares a new network namespace (no interfaces up: no network) and a private mount
+     namespace with an empty tmpfs over /tmp, /var/tmp, /dev/shm, /run/lock (all the world-writable places
+     here) and a mode-000 tmpfs over /root, /home, $HOME and the folder holding this repo (unless the
+     interpreter lives there). Not root: a user+network namespace is tried; without root there is no uid
+     drop, so RLIMIT_NPROC counts the caller's own processes and fork is blocked only because it is 0.
+Not covered: no seccomp filter, no PID namespace (other processes are visible in /proc, but a different uid
+cannot signal or trace them), world-readable system files (/etc, /usr) stay readable, CPU/memory of the host
+are shared (only per-child limits), and a child can spend its time budget however it likes.
+Results cross process boundaries as JSON text of plain strings/bools (values are `repr` strings): the parent
+never unpickles or evaluates anything from a child.
+"""
+import atexit
+import ctypes
+import gc
+import io
+import json
+import os
+import random
+import resource
+import select
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
+MEMORY_MB = 1024            # default RLIMIT_AS of a child
+STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
+GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
+UID_BASE = 60000            # children run as UID_BASE + zygote number (root only)
+PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
+           "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
+           "numbers", "textwrap", "unicodedata", "queue", "socket", "subprocess", "shutil")
+GUARD = {"os": "kill killpg system putenv unsetenv remove removedirs rmdir unlink rename renames replace truncate "
+               "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir "
+               "chdir execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe "
+               "spawnl spawnle spawnlp spawnlpe popen posix_spawn posix_spawnp link symlink mkfifo mknod",
+         "shutil": "rmtree move chown copyfile copy copy2 copytree",
+         "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
+         "socket": "socket create_connection create_server socketpair fromfd",
+         "builtins": "exit quit help"}
+
+# ----------------------------------------------------------------------------- child side (runs user code)
+
+_SIMPLE = {type(None), type(...), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
+_type_ok = {}
+
+
+def _real_type(t):
+    """True if `t` is a builtin/stdlib type reachable at its module path (not a class the user made or renamed)."""
+    if t in _SIMPLE:
+        return True
+    if t not in _type_ok:
+        try:
+            obj = sys.modules.get(t.__module__) if t.__module__ != "__main__" else None
+            for part in t.__qualname__.split("."):
+                obj = getattr(obj, part, None)
+            _type_ok[t] = obj is t
+        except Exception:
+            _type_ok[t] = False
+    return _type_ok[t]
+
+
+def _plain(value, limit=1_000_000):
+    """A value built only from real builtin/stdlib types, so `==` on it cannot be user-defined (no always-equal
+    objects sneaking through grading). Containers are walked iteratively; cycles and >limit nodes fail."""
+    stack, seen, count = [value], set(), 0
+    while stack:
+        v, count = stack.pop(), count + 1
+        if not _real_type(type(v)) or count > limit:
+            return False
+        if (isinstance(v, (list, tuple, set, frozenset, dict)) or type(v).__name__ == "deque") and id(v) not in seen:
+            seen.add(id(v))               # shared or cyclic containers are walked once
+            stack.extend(v.items() if isinstance(v, dict) else v)
+    return True
+
+
+def _describe(e):
+    try:
+        text = f"{type(e).__name__}: {e}"
+    except BaseException:
+        text = type(e).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+class _Capped(io.BytesIO):
+    """stdout/stderr sink that keeps the first `cap` bytes and silently drops the rest (huge outputs)."""
+    cap = STDOUT_CAP
+
+    def write(self, b):
+        room = self.cap - self.tell()
+        if room > 0:
+            super().write(bytes(b[:room]))
+        return len(b)
+
+
+def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
+    """The job proper. Order: gold values first (imports only, no user code yet), then the program, then calls.
+    mode "repr": each call's value -> repr string (round-trip checked); "equal": gold == value on plain values."""
+    gold_ns = {"__name__": "__main__"}
+    if job.get("imports"):
+        exec_(job["imports"], gold_ns)
+    golds = [eval_(compile_(f"(\n{g}\n)", "<gold>", "eval"), dict(gold_ns)) for g in job.get("golds", ())]
+    ns = {"__name__": "__main__"}
+    exec_(compile_(job.get("code", ""), "<program>", "exec"), ns)
+    values, mode, cap = [], job.get("mode", "exec"), job.get("repr_cap", 2000)
+    for i, call in enumerate(job.get("calls", ())):
+        v = eval_(compile_(call, "<call>", "eval"), ns)
+        if mode == "repr":
+            r = repr_(v)
+            if type(r) is not str or len(r) > cap:
+                raise ValueError(f"output repr is not a str of at most {cap} chars")
+            back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
+            if not (_plain(v) and _plain(back) and bool(back == v)):
+                raise ValueError("output is not a plain value whose repr evaluates back to an equal value")
+            values.append(r)
+        elif mode == "equal":
+            values.append(bool(_plain(v) and golds[i] == v))
+    return values
+
+
+def _guard():
+    """Layer 3 (after HumanEval's reliability_guard): defence in depth against code that got past layer 1."""
+    import builtins
+    for module, names in GUARD.items():
+        mod = builtins if module == "builtins" else sys.modules.get(module) or __import__(module)
+        for name in names.split():
+            if hasattr(mod, name):
+                setattr(mod, name, None)
+
+
+def _child(requests, wfd, workdir, uid):
+    """Runs in a child forked *before* its job arrives: read one job line, report its limits to the zygote,
+    lock down, run, write one JSON line to wfd, _exit. Never returns. Until the lock-down this is our code
+    running as root; only `_os` (captured before the zygote applied layer 3) has the real syscalls."""
+    out = {"ok": False, "error": "", "stdout": "", "values": None}
+    try:
+        line = b""
+        while not line.endswith(b"\n"):           # the parent sends one line per job and waits for the answer
+            data = _os.read(requests, 1 << 20)
+            if not data:
+                _os.write(wfd, b"EOF\n")
+                _os._exit(0)
+            line += data
+        job = json.loads(line)
+        timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
+        _os.write(wfd, f"{timeout} {cap}\n".encode())
+        _os.mkdir(workdir, 0o700)
+        if job.get("stdin"):
+            with open(workdir + "/.stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write(job["stdin"])
+        _os.dup2(_os.open(workdir + "/.stdin" if job.get("stdin") else _os.devnull, _os.O_RDONLY), 0)
+        _os.closerange(3, wfd)
+        _os.closerange(wfd + 1, 1 << 16)
+        _os.chdir(workdir)
+        limits = [(resource.RLIMIT_AS, int(job.get("memory_mb") or MEMORY_MB) << 20), (resource.RLIMIT_FSIZE, 0),
+                  (resource.RLIMIT_CPU, int(timeout) + 2), (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_NPROC, 0),
+                  (resource.RLIMIT_CORE, 0)]
+        for kind, value in limits:
+            resource.setrlimit(kind, (value, value))
+        if uid:
+            _os.chown(workdir, uid, uid)
+            _os.setgroups([])
+            _os.setgid(uid)
+            _os.setuid(uid)
+        _out.buffer.cap = cap
+        try:
+            out["values"] = _evaluate(job)
+            out["ok"] = True
+        except BaseException as e:                # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
+            out["error"] = _describe(e)
+        try:
+            _out.flush()
+            out["stdout"] = _out.buffer.getvalue().decode("utf-8", "replace")
+        except BaseException:
+            pass
+    except BaseException as e:
+        out["error"] = out["error"] or "sandbox set-up failed: " + _describe(e)
+    try:
+        data = (json.dumps(out) + "\n").encode()
+        while data:
+            data = data[_os.write(wfd, data):]
+    except BaseException:
+        pass
+    _os._exit(0)
+
+
+# ----------------------------------------------------------------------------- zygote side
+
+_libc = None   # set in the zygote (children must not dlopen after fork)
+_out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
+_os = None     # the zygote's private handle on the os functions that layer 3 disables for user code
+_MS_RDONLY, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 4096, 8192, 16384, 1 << 18
+
+
+def _mount_setup(repo, home):
+    """Private mount namespace: empty tmpfs over the world-writable dirs, tmpfs over private homes and the
+    repo's folder, with the interpreter's own folders (which may live under /root) bound back in.
+    Returns the list of hidden dirs, or None when the namespace could not be made."""
+    mount = _libc.mount
+    if _libc.unshare(0x00020000) != 0 or mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return None                               # CLONE_NEWNS; private first, so nothing propagates to the host
+    for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=256m,nr_inodes=16384,mode=1777")
+    keep = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path)
+            if p and os.path.isdir(p) and os.path.realpath(p) != repo}
+    keep = sorted(k for k in keep if not any(k.startswith(o + "/") for o in keep))
+    hidden = []
+    for d in ("/root", "/home", home, os.path.dirname(repo), repo):
+        d = os.path.realpath(d) if d else ""
+        if not d or d == "/" or not os.path.isdir(d) or any(d == h or d.startswith(h + "/") for h in hidden):
+            continue
+        if any(d == k or d.startswith(k + "/") for k in keep):
+            continue                              # d is inside the interpreter's folders
+        inner = [k for k in keep if k.startswith(d + "/")]
+        stash = []
+        for j, k in enumerate(inner):             # bind the interpreter's folders aside, cover d, move them back
+            s = f"/tmp/.keep{len(hidden)}-{j}"
+            os.mkdir(s)
+            if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
+                stash.append((k, s))
+        opts = b"size=64k,nr_inodes=256,mode=0711" if inner else b"size=4k,nr_inodes=2,mode=000"
+        if mount(b"tmpfs", d.encode(), b"tmpfs", 0 if inner else _MS_RDONLY, opts) != 0:
+            continue
+        for k, s in stash:
+            os.makedirs(k, mode=0o711, exist_ok=True)
+            mount(s.encode(), k.encode(), None, _MS_MOVE, None)
+            os.rmdir(s)
+        hidden.append(d)
+    return hidden
+
+
+def _uid_works(uid):
+    """Can a child with this uid still read the interpreter's stdlib (e.g. Python installed under /root)?"""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.close(os.open(os.path.join(os.path.dirname(os.__file__), "random.py"), os.O_RDONLY))
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def _zygote_main(number, home):
+    global _libc, _os, _out
+    _libc = ctypes.CDLL(None, use_errno=True)
+    repo = os.path.dirname(os.path.abspath(__file__))
+    layers = {"uid_drop": False, "network_namespace": False, "mount_namespace": False, "hidden": []}
+    if os.geteuid() == 0:
+        hidden = _mount_setup(repo, home)
+        layers.update(mount_namespace=hidden is not None, hidden=hidden or [])
+        layers["network_namespace"] = _libc.unshare(0x40000000) == 0   # CLONE_NEWNET
+    elif _libc.unshare(0x10000000 | 0x40000000) == 0:                  # CLONE_NEWUSER | CLONE_NEWNET
+        uid, gid = os.getuid(), os.getgid()
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+        layers["network_namespace"] = True
+    uid = UID_BASE + number % 5000
+    layers["uid_drop"] = os.geteuid() == 0 and _uid_works(uid)
+    uid = uid if layers["uid_drop"] else 0
+    base = "/tmp" if layers["mount_namespace"] else tempfile.mkdtemp(prefix="populora-sandbox-")
+    for name in PRELOAD:
+        __import__(name)
+    if sys.path and sys.path[0] == repo:
+        del sys.path[0]                            # user code must not import the repo's modules
+    layers.update(pid=os.getpid(), hash_seed=os.environ.get("PYTHONHASHSEED"), base=base)
+    # Protocol on private fds; fd 0/1/2 and sys.std* become what every child inherits: stdin from fd 0 (the
+    # child points fd 0 at its job's stdin), capped in-memory stdout/stderr, fds 1/2 on /dev/null.
+    requests, replies = os.dup(0), os.dup(1)
+    for fd in (0, 1, 2):
+        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
+                                 errors="replace")
+    sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    names = ("kill waitpid waitstatus_to_exitcode setuid setgid setgroups chdir chown mkdir rmdir unlink open "
+             "close dup2 closerange pipe read write _exit devnull O_RDONLY")
+    _os = type("os_private", (), {n: staticmethod(getattr(os, n)) if callable(getattr(os, n)) else getattr(os, n)
+                                  for n in names.split()})
+    _libc.prctl(38, 1, 0, 0, 0)                   # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
+    gc.freeze()                                   # keep the collector off the zygote's pages in children
+    _guard()                                      # layer 3, once here: every child inherits disabled functions
+    _write_all(replies, (json.dumps(layers) + "\n").encode())
+    count = 0
+    while True:                                   # the zygote itself does as little Python as possible per job:
+        count += 1                                # every page it touches after a fork is a copy-on-write fault
+        workdir = f"{base}/job{count}"
+        r, w = _os.pipe()
+        pid = _fork()
+        if pid == 0:
+            _os.close(r)
+            _child(requests, w, workdir, uid)
+        _os.close(w)
+        reply = _serve(pid, r, workdir)
+        if reply is None:                         # EOF from the parent (shutdown, or it died), or a broken child
+            break
+        _write_all(replies, reply)
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[_os.write(fd, data):]
+
+
+def _fork():
+    """fork(2) straight from libc: os.fork's after-fork hooks (random reseed, threading reinit, ...) cost ~0.6 ms
+    of copy-on-write page faults per child here, 3x the bare fork. Safe because the zygote is single-threaded."""
+    pid = _libc.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+def _rmtree(path):
+    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir)."""
+    try:
+        _os.rmdir(path)
+    except OSError:
+        for entry in os.scandir(path):
+            if entry.is_dir(follow_symlinks=False):
+                _rmtree(entry.path)
+            else:
+                _os.unlink(entry.path)
+        _os.rmdir(path)
+
+
+def _serve(pid, r, workdir):
+    """Wait for the pre-forked child's job header (idle time), then for its result line within the deadline;
+    kill it, clean its cwd. Returns b"<pid>\t<json>\n" for the parent, or None when the zygote should stop."""
+    buf = b""
+    while b"\n" not in buf:                       # header "timeout stdout_cap", written before the lock-down
+        data = _os.read(r, 1 << 16)
+        if not data:
+            break
+        buf += data
+    header, _, buf = buf.partition(b"\n")
+    try:
+        timeout, cap = (float(x) for x in header.split())
+    except ValueError:                            # b"EOF" or a child that died before reading its job
+        _os.kill(pid, signal.SIGKILL)
+        _os.waitpid(pid, 0)
+        return None
+    cap = int(cap) * 6 + (1 << 20)                # JSON escaping can grow text 6x (\\uXXXX)
+    error, deadline = "", time.monotonic() + timeout
+    while not buf.endswith(b"\n") or b"\n" in buf[:-1]:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([r], [], [], left)[0]:
+            error = "timeout"
+            break
+        data = _os.read(r, 1 << 16)
+        if not data:
+            break
+        buf += data
+        if len(buf) > cap or b"\n" in buf[:-1]:
+            error = "result too large or malformed"
+            break
+    try:
+        _os.kill(pid, signal.SIGKILL)             # it cannot fork, so this is every process it could have
+    except OSError:
+        pass
+    _, status = _os.waitpid(pid, 0)
+    _os.close(r)
+    try:
+        _rmtree(workdir)
+    except OSError:
+        pass
+    if not error and buf.endswith(b"\n"):
+        return b"%d\t" % pid + buf
+    if not error:
+        code = _os.waitstatus_to_exitcode(status)
+        error = (f"crashed ({signal.Signals(-code).name})" if code < 0 and -code != signal.SIGKILL
+                 else f"exited (code {code}) without a result")
+    return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
+
+
+# ----------------------------------------------------------------------------- parent side (the pool)
+
+_pool = {"pid": None, "workers": [], "count": 0, "lock": threading.Lock()}
+
+
+def _start(family):
+    """Launch one zygote with a fresh scrubbed environment and its own hash seed; read its hello line."""
+    seed = random.SystemRandom().randrange(1, 2**32)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed),
+           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+    _pool["count"] += 1
+    proc = subprocess.Popen([sys.executable, "-s", "-B", os.path.abspath(__file__), "--worker", str(_pool["count"]),
+                             os.environ.get("HOME", "")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                            cwd="/", start_new_session=True)
+    return {"proc": proc, "family": family, "buf": b"", "job": None, "deadline": 0.0, "hello": None}
+
+
+def _hello(worker):
+    line = worker["proc"].stdout.readline()
+    if not line:
+        raise RuntimeError("sandbox worker failed to start")
+    worker["hello"] = json.loads(line)
+    return worker
+
+
+def _kill(worker):
+    try:
+        os.killpg(worker["proc"].pid, signal.SIGKILL)   # children die with it (PR_SET_PDEATHSIG)
+    except OSError:
+        pass
+    worker["proc"].wait()
+    for f in (worker["proc"].stdin, worker["proc"].stdout):
+        f.close()
+    base = (worker["hello"] or {}).get("base", "")
+    if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _ensure():
+    if _pool["pid"] != os.getpid():             # first use, or we are a forked copy of the process that had it
+        _pool.update(pid=os.getpid(), workers=[])
+        started = [_start(family) for family in (0, 1) for _ in range(WORKERS_PER_FAMILY)]
+        _pool["workers"] = [_hello(w) for w in started]
+
+
+def run(jobs):
+    """Run jobs (dicts, see _evaluate/_child) in parallel over the pool. A job's "family" (0, 1 or None)
+    picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in order."""
+    results = [None] * len(jobs)
+    with _pool["lock"]:
+        _ensure()
+        queues = {0: [], 1: [], None: []}
+        for i in reversed(range(len(jobs))):
+            queues[jobs[i].get("family")].append(i)
+        sel = selectors.DefaultSelector()
+        pending = len(jobs)
+        while pending:
+            for w in _pool["workers"]:           # hand out work to idle zygotes
+                if w["job"] is None and (queues[w["family"]] or queues[None]):
+                    i = (queues[w["family"]] or queues[None]).pop()
+                    job = {k: v for k, v in jobs[i].items() if k != "family"}
+                    w["job"], w["deadline"] = i, time.monotonic() + float(job.get("timeout", 5.0)) + GRACE_S
+                    try:
+                        w["proc"].stdin.write((json.dumps(job) + "\n").encode())
+                        w["proc"].stdin.flush()
+                    except OSError:
+                        pass                      # dead zygote: noticed below as EOF
+                    sel.register(w["proc"].stdout, selectors.EVENT_READ, w)
+            busy = [w for w in _pool["workers"] if w["job"] is not None]
+            ready = [id(key.data) for key, _ in sel.select(max(0.0, min(w["deadline"] for w in busy) - time.monotonic()))]
+            now = time.monotonic()
+            for w in busy:
+                if id(w) in ready:
+                    data = os.read(w["proc"].stdout.fileno(), 1 << 20)
+                    w["buf"] += data
+                    if data and b"\n" not in w["buf"]:
+                        continue                  # partial line: keep reading
+                elif now < w["deadline"]:
+                    continue
+                i = w["job"]
+                sel.unregister(w["proc"].stdout)
+                if id(w) in ready and data:           # a complete answer
+                    line, w["buf"] = w["buf"].split(b"\n", 1)
+                    results[i], w["job"] = _decode(line), None
+                else:                             # zygote died (EOF) or hung past its deadline: replace it
+                    results[i] = {"ok": False, "error": "worker died" if id(w) in ready else "timeout",
+                                  "stdout": "", "values": None}
+                    _kill(w)
+                    _pool["workers"][_pool["workers"].index(w)] = _hello(_start(w["family"]))
+                pending -= 1
+        sel.close()
+    return results
+
+
+def _decode(line):
+    pid, _, body = line.partition(b"\t")
+    try:
+        result = json.loads(body)
+        result = {"ok": result["ok"] is True, "error": str(result["error"]), "stdout": str(result["stdout"]),
+                  "values": result["values"]}
+    except (ValueError, KeyError, TypeError):    # only code that reached the result pipe could write this
+        result = {"ok": False, "error": "malformed result", "stdout": "", "values": None}
+    result["pid"] = int(pid)
+    return result
+
+
+def layers():
+    """What isolation is active, as measured by the running zygotes (starts the pool)."""
+    with _pool["lock"]:
+        _ensure()
+        hellos = [w["hello"] for w in _pool["workers"]]
+    return {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True,
+            "no_fork": all(h["uid_drop"] for h in hellos) or os.geteuid() != 0,
+            **{k: all(h[k] for h in hellos) for k in ("uid_drop", "network_namespace", "mount_namespace")},
+            "hidden_dirs": hellos[0]["hidden"], "workers": [(h["pid"], h["hash_seed"]) for h in hellos]}
+
+
+def shutdown():
+    with _pool["lock"]:
+        if _pool["pid"] == os.getpid():
+            for w in _pool["workers"]:
+                _kill(w)
+        _pool.update(pid=None, workers=[])
+
+
+atexit.register(shutdown)
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    _zygote_main(int(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,556 @@
+"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program complexity, and a
+command-line interface; all model-written code runs in sandbox.py's worker pool (SPEC §3).
+
+  python verify.py validate --task code_o < proposals.jsonl   # {"program", "input"} -> {"valid", "reason", "output"}
+  python verify.py grade --task code_f < attempts.jsonl       # -> {"correct", "reason"}
+  python verify.py layers                                     # which sandbox layers are active here
+
+Task types (AZR ids): code_o = deduction (predict the output), code_i = abduction (find an input), code_f =
+induction (write f from 5 shown pairs and a message; graded on the 5 hidden pairs). Prompts follow AZR's
+structure (R1 wrapper ending in "Assistant: <think>", fences, <think>/<answer>, K references, `input_k`/
+`output_k` fences for code_f) in our own words. Parsing: teacher code = first python (or untagged) fence,
+input = first `input` fence, code_f keeps the last 10 `input` fences and a `message` fence; student answers
+= last fence of their kind; a response must match `...</think> <answer>...</answer>` (the prompt already
+holds the opening <think>).
+
+Validity of a proposal (in order; differences from AZR fix its pitfalls, reference/azr.md §9):
+parses; exactly one entry function: `f`, or the only top-level def (renamed to f); helpers, nested defs and
+classes allowed; static screen (layer 1 of the sandbox, below); an input of 8+ chars must not appear in the
+program; two runs in two zygotes started separately (different hash seeds) succeed within the time limit and
+give the same repr; the value is plain (builtin/stdlib types only), its repr is at most 2,000 chars and
+evaluates back to an equal value with the program's imports in scope; code_f: >= 10 input fences (last 10
+kept), a non-empty message not containing the program, every input valid, >= 2 distinct outputs.
+Grading (all inside the sandbox): code_o `eval(answer) == eval(gold)` with the program's imports in scope but
+not f; code_i `gold == f(answer)`; code_f all hidden pairs `gold == f(input)` with the student's program (gold
+program's imports prepended). The gold is on the left and the value must be plain, so an object whose __eq__
+always says True earns nothing. Multi-line inputs work: calls are compiled as `f(\n<input>\n)` expressions.
+
+Static screen: banned imports (AZR's list plus SPEC's, matched on dotted components), banned names (eval,
+exec, open, ... unless the program binds the name itself), escape-hatch attributes (__globals__, __bases__,
+..., plus __dict__, __class__, __setattr__, __delattr__ [ours]) also inside string constants, getattr/setattr/
+delattr/hasattr only with a constant non-dunder name, no assignment/deletion rooted at an imported name or
+through a call (no monkey-patching of library classes that grading compares with). It is a screen, not a
+proof: sandbox.py's process layers (see its docstring; `python verify.py layers`) are the wall. On Linux as
+root here all five layers are active: rlimits + uid drop (no fork/threads, no writes, 1 GiB), guard, timeout
+kill, network and mount namespaces. `execute` (benchmark code) skips the static screen, since benchmark
+solutions import os/sys freely; it still gets layers 2-5.
+"""
+import argparse
+import ast
+import io
+import json
+import re
+import sys
+import tokenize
+
+import sandbox
+
+TASKS = ("code_i", "code_o", "code_f")
+N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the first half
+MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
+MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
+MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
+BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threading datetime time hashlib hmac bcrypt "
+                      "calendar os sys socket shutil ctypes importlib signal asyncio pathlib io builtins gc inspect "
+                      "secrets uuid tempfile glob pickle marshal resource").split())
+BANNED_NAMES = set("open exec eval compile __import__ input globals breakpoint exit quit vars".split())
+ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
+               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame "
+               "__dict__ __class__ __setattr__ __delattr__").split())
+ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+_ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
+# [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever the program
+# imports their module in any form (`import collections` + a Counter output, as in one AZR seed)
+REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque",
+              "fractions": "from fractions import Fraction", "decimal": "from decimal import Decimal"}
+
+# ----------------------------------------------------------------------------- prompts
+
+WRAPPER = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
+           "assistant first thinks about the reasoning process in the mind and then provides the user with the "
+           "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+           "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>. "
+           "User: {}\nAssistant: <think>")  # the R1-Zero template AZR uses, verbatim for comparability
+
+CODE_RULES = """- Call the entry function `f`. Helper functions, nested functions and classes are fine; put imports and
+  class definitions at the top.
+- `f` takes at least one argument and returns a value.
+- Deterministic: no randomness, dates or times, files, network, printing or any outside state.
+- It should take several steps of reasoning, with state tracked over a sequence of transformations.
+- It must finish within 10 seconds.
+- These words may not appear anywhere, not even in comments: {banned}"""
+
+PROPOSE_IO = """## Task: write a Python snippet and one input for it
+Create a new Python code snippet and one matching test input. A test subject will be shown the snippet and the
+{shown}, and must work out the {hidden}. Think of it as an I.Q. test: hard to crack, yet solvable.
+
+### Code requirements
+{rules}
+- Do not copy the test input into the snippet.
+
+### Input requirements
+- Exactly one input. Separate several arguments with commas and quote strings.
+
+### Answer format
+```python
+def f(...):
+    # your code
+    return ...
+```
+
+```input
+arg1, arg2, ...
+```
+For example:
+```python
+def f(name: str, info: dict):
+    return name + ' is ' + str(info['age'])
+```
+
+```input
+'John', {{'age': 20, 'city': 'New York'}}
+```
+
+### How the snippet is judged
+- It runs without errors.
+- It is hard for the subject to deduce the {hidden} from the snippet and the {shown}.
+- It is creative and unlike the reference snippets below.
+
+First plan how your snippet will be challenging, different from the references and creative; then write the
+final code and input.
+
+### Reference code snippets
+{references}"""
+
+PROPOSE_F = """## Task: choose inputs that reveal a function
+Below is a Python snippet. Write {n} inputs for it and a message. A test subject will see half of the inputs
+with their outputs, plus your message, and must write the function; the other half checks their answer.
+Pick inputs that cover the input space and give diverse outputs, so the function can be deduced. The message
+can be a coding question or a plain-language hint; it must not contain the code.
+
+```python
+{program}
+f(<|YOUR INPUT WILL BE PLUGGED HERE|>)
+```
+
+### Answer format
+Each input in its own fence (separate arguments with commas, quote strings), then the message:
+```input
+arg1, arg2, ...
+```
+```message
+your message
+```
+
+### How it is judged
+- Every input runs without errors.
+- The inputs cover the input space and give varied outputs.
+- The function is challenging but possible to deduce from the shown pairs and the message."""
+
+SOLVE = {
+    "code_o": "## Task: predict the output\nWork out the output of the snippet below for the given input. Think "
+              "step by step, then give the output in an ```output fence. Quote strings; use a tuple for several "
+              "return values.\n\n```python\n{program}\n```\n\n```input\n{input}\n```",
+    "code_i": "## Task: find an input\nFind one input that makes the snippet below return the given output. Think "
+              "step by step, then give the input in an ```input fence. Separate several arguments with commas and "
+              "quote strings.\n\n```python\n{program}\n```\n\n```output\n{output}\n```",
+    "code_f": "## Task: write the function\nFrom the input/output pairs and the message below, write the function "
+              "`f` that produced them.\n\n{pairs}\n```message\n{message}\n```\n\n### Code requirements\n{rules}\n\n"
+              "Give your function in a ```python fence. Name your entry function f().",
+}
+
+
+def _fence(tag, text):
+    return f"```{tag}\n{text}\n```"
+
+
+def teacher_prompt(task, references, program=None):
+    """Full teacher prompt. code_i/code_o: `references` = archive problems {"program","input","output"} (K of
+    them, may be empty); code_f: `program` = the archive program to write inputs for."""
+    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
+    if task == "code_f":
+        return WRAPPER.format(PROPOSE_F.format(n=N_INPUTS, program=program))
+    shown, hidden = ("output", "input") if task == "code_i" else ("input", "output")
+    refs = "\n".join(f"<snippet_{j}>\n{_fence('python', r['program'])}\n{_fence('input', r['input'])}\n"
+                     f"{_fence('output', r['output'])}\n</snippet_{j}>" for j, r in enumerate(references))
+    return WRAPPER.format(PROPOSE_IO.format(shown=shown, hidden=hidden, rules=rules, references=refs))
+
+
+def student_prompt(task, problem):
+    """code_i/code_o: problem {"program","input","output"}; code_f: {"program","inputs","outputs","message"}, of
+    which the first half of the pairs is shown (the rest is hidden for grading)."""
+    if task != "code_f":
+        return WRAPPER.format(SOLVE[task].format(**problem))
+    shown = len(problem["inputs"]) // 2
+    pairs = "\n".join(f"{_fence(f'input_{k}', problem['inputs'][k])}\n{_fence(f'output_{k}', problem['outputs'][k])}"
+                      for k in range(shown))
+    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
+    return WRAPPER.format(SOLVE["code_f"].format(pairs=pairs, message=problem["message"], rules=rules))
+
+
+# ----------------------------------------------------------------------------- parsers
+
+_FORMAT = re.compile(r"(?s).*?</think>\s*<answer>.*?</answer>")
+_ANSWER = re.compile(r"(?s)<answer>(.*?)</answer>")
+_FENCES = re.compile(r"(?s)```[ \t]*([\w-]*)[ \t]*\n(.*?)```")
+
+
+def _answer(response):
+    """Content of the last <answer>...</answer>, or None when the response breaks the format."""
+    if not isinstance(response, str) or not _FORMAT.match(response):
+        return None
+    return _ANSWER.findall(response)[-1]
+
+
+def _fences(text, tags):
+    return [body.strip("\n").rstrip() for tag, body in _FENCES.findall(text) if tag.lower() in tags]
+
+
+def parse_teacher(task, response):
+    """Generated continuation after the prompt -> {"program","input"} (code_i/code_o) or {"inputs","message"}
+    (code_f), or None for a format error."""
+    answer = _answer(response)
+    if answer is None:
+        return None
+    if task == "code_f":
+        inputs = [x.strip() for x in _fences(answer, {"input"})]
+        messages = _fences(answer, {"message"}) or re.findall(r"(?s)<message>(.*?)</message>", answer)
+        if len(inputs) < N_INPUTS or not messages or not messages[0].strip():
+            return None
+        return {"inputs": inputs[-N_INPUTS:], "message": messages[0].strip()}
+    programs, inputs = _fences(answer, {"python", "py", ""}), _fences(answer, {"input"})
+    if not programs or not inputs or not programs[0].strip() or not inputs[0].strip():
+        return None
+    return {"program": programs[0], "input": inputs[0].strip()}
+
+
+def parse_student(task, response):
+    """Generated continuation -> the answer text (an output, an input, or a program), or None (format error)."""
+    answer = _answer(response)
+    if answer is None:
+        return None
+    if task == "code_f":
+        programs = _fences(answer, {"python", "py", ""})
+        return programs[-1] if programs and programs[-1].strip() else None
+    fenced = _fences(answer, {"output" if task == "code_o" else "input"})
+    text = fenced[-1] if fenced else answer   # AZR's last resort: the whole answer is the input/output
+    return text.strip() or None
+
+
+# ----------------------------------------------------------------------------- static screen and normalisation
+
+class Invalid(Exception):
+    """A proposal or attempt rejected before it runs; the message is the reason."""
+
+
+def _root(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+        node = node.value
+    return node
+
+
+def _screen(tree):
+    """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching."""
+    imported, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.ImportFrom) and (node.level or not node.module):
+                raise Invalid("relative import")
+            modules = [node.module] if isinstance(node, ast.ImportFrom) else []
+            for alias in node.names:
+                modules.append(alias.name)
+                imported.add(alias.asname or alias.name.split(".")[0])
+            for word in {part for m in modules for part in m.split(".")} & BANNED_IMPORTS:
+                raise Invalid(f"banned import: {word}")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and (node.id in ESCAPES or node.id in BANNED_NAMES and node.id not in bound):
+            raise Invalid(f"banned name: {node.id}")
+        if isinstance(node, ast.Attribute) and node.attr in ESCAPES:
+            raise Invalid(f"banned attribute: {node.attr}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _ESCAPE_RE.search(node.value):
+            raise Invalid(f"banned name in a string: {_ESCAPE_RE.search(node.value).group()}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTR_CALLS - bound:
+            name = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not name.value.startswith("__")):
+                raise Invalid(f"{node.func.id} needs a constant attribute name")
+            if node.func.id in ("setattr", "delattr") and isinstance(_root(node.args[0]), ast.Name) \
+                    and _root(node.args[0]).id in imported:
+                raise Invalid("modifies an imported module")
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            for t in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
+                root = _root(t)
+                if t is not root and not isinstance(root, ast.Name) or isinstance(root, ast.Name) and \
+                        t is not root and root.id in imported:
+                    raise Invalid("modifies an imported module (or assigns through a call)")
+
+
+def _parse(text, mode="exec"):
+    try:
+        return ast.parse(text, mode=mode)
+    except SyntaxError as e:
+        raise Invalid(f"syntax error: {e.msg} (line {e.lineno})")
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not parse: {type(e).__name__}")
+
+
+def prepare_program(program):
+    """-> (program with its entry function renamed to f, text of all its import statements). Raises Invalid."""
+    if not isinstance(program, str) or not program.strip():
+        raise Invalid("empty program")
+    if len(program) > MAX_PROGRAM:
+        raise Invalid(f"program longer than {MAX_PROGRAM} chars")
+    tree = _parse(program)
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    entry = next((n for n in defs if n.name == "f"), defs[0] if len(defs) == 1 else None)
+    if entry is None:
+        raise Invalid("no top-level function" if not defs else "several top-level functions and none is named f")
+    if isinstance(entry, ast.AsyncFunctionDef):
+        raise Invalid("the entry function is async")
+    _screen(tree)
+    nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    modules = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0] for n in nodes for a in n.names}
+    imports = "\n".join(dict.fromkeys([ast.unparse(n) for n in nodes] + [REPR_NAMES[m] for m in sorted(modules)
+                                                                          if m in REPR_NAMES]))
+    if entry.name == "f":
+        return program, imports
+    # rename entry -> f on the token stream (keeps comments and layout); `f` must be free
+    lines, spots, prev = program.splitlines(keepends=True), [], None
+    for tok in tokenize.generate_tokens(io.StringIO(program).readline):
+        if tok.type == tokenize.NAME and tok.string in (entry.name, "f") and not (prev and prev.string == "."):
+            if tok.string == "f":
+                raise Invalid("the name f is already used for something else")
+            spots.append(tok.start)
+        if tok.type not in (tokenize.NL, tokenize.COMMENT):
+            prev = tok
+    for row, col in reversed(spots):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + "f" + line[col + len(entry.name):]
+    return "".join(lines), imports
+
+
+def call_text(inputs):
+    """Input text (argument list, may span lines) -> screened `f(...)` expression source. Raises Invalid."""
+    if not isinstance(inputs, str) or not inputs.strip():
+        raise Invalid("empty input")
+    source = f"f(\n{inputs}\n)"
+    tree = _parse(source, "eval")
+    if not (isinstance(tree.body, ast.Call) and isinstance(tree.body.func, ast.Name) and tree.body.func.id == "f"):
+        raise Invalid("input is not an argument list")
+    _screen(tree)
+    return source
+
+
+def answer_text(answer):
+    """A code_o answer (an expression) -> screened source. Raises Invalid."""
+    if not isinstance(answer, str) or not answer.strip():
+        raise Invalid("empty answer")
+    _screen(_parse(f"(\n{answer}\n)", "eval"))
+    return f"(\n{answer}\n)"
+
+
+# ----------------------------------------------------------------------------- validity and grading
+
+
+def _request(item, keys):
+    if not isinstance(item, dict):
+        raise Invalid("bad request: not an object")
+    for key, kind in keys.items():
+        if not isinstance(item.get(key), kind):
+            raise Invalid(f"bad request: missing or mistyped key {key!r}")
+
+
+def _validity_jobs(task, p, timeout):
+    """One proposal -> (normalised program, the two sandbox jobs: one per zygote family). Raises Invalid."""
+    if task == "code_f":
+        _request(p, {"program": str, "inputs": list, "message": str})
+        inputs = p["inputs"]
+        if len(inputs) < N_INPUTS or not all(isinstance(x, str) for x in inputs):
+            raise Invalid(f"need {N_INPUTS} inputs")
+        if not p["message"].strip() or " ".join(p["program"].split()) in " ".join(p["message"].split()):
+            raise Invalid("message is empty or contains the program")
+    else:
+        _request(p, {"program": str, "input": str})
+        inputs = [p["input"]]
+    program, imports = prepare_program(p["program"])
+    calls = [call_text(x) for x in inputs]
+    pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
+    if pasted:
+        raise Invalid("the input appears verbatim in the program")
+    job = {"code": program, "imports": imports, "calls": calls, "mode": "repr", "repr_cap": MAX_REPR,
+           "timeout": timeout}
+    return program, [dict(job, family=0), dict(job, family=1)]
+
+
+def validate(task, proposals, timeout=5.0):
+    """Proposals -> [{"valid", "reason", "output" (code_f: "outputs"), "program"}]; each valid proposal ran twice,
+    in two separately started interpreters, in parallel with the others. Never raises for bad model text."""
+    key = "outputs" if task == "code_f" else "output"
+    results, jobs, owners = [], [], []
+    for i, p in enumerate(proposals):
+        results.append({"valid": False, "reason": "", key: None, "program": p.get("program") if isinstance(p, dict) else None})
+        try:
+            results[i]["program"], pair = _validity_jobs(task, p, timeout)
+            jobs += pair
+            owners.append(i)
+        except Invalid as e:
+            results[i]["reason"] = str(e)
+    runs = sandbox.run(jobs)
+    for i, a, b in zip(owners, runs[0::2], runs[1::2]):
+        r = results[i]
+        if not a["ok"] or not b["ok"]:
+            r["reason"] = "error: " + (a["error"] or b["error"])
+        elif a["values"] != b["values"]:
+            r["reason"] = "non-deterministic: two runs with different hash seeds disagree"
+        elif task == "code_f" and len(set(a["values"])) < 2:
+            r["reason"] = "fewer than 2 distinct outputs"
+        else:
+            r.update(valid=True, reason="valid", **{key: a["values"] if task == "code_f" else a["values"][0]})
+    return results
+
+
+def _grading_job(task, a, timeout):
+    if task == "code_f":
+        _request(a, {"inputs": list, "outputs": list, "answer": str})
+        n = len(a["inputs"])
+        if n < 2 or len(a["outputs"]) != n:
+            raise Invalid("bad request: inputs and outputs must be two lists of the same length >= 2")
+        gold_imports = prepare_program(a["program"])[1] if isinstance(a.get("program"), str) else ""
+        program, imports = prepare_program(a["answer"])
+        return {"code": gold_imports + "\n" + program, "imports": gold_imports, "golds": a["outputs"][n // 2:],
+                "calls": [call_text(x) for x in a["inputs"][n // 2:]], "mode": "equal", "timeout": timeout}
+    _request(a, {"program": str, "input": str, "output": str, "answer": str})
+    program, imports = prepare_program(a["program"])
+    if task == "code_o":   # the answer is evaluated with the program's imports in scope, but not f
+        return {"code": imports, "imports": imports, "golds": [a["output"]], "calls": [answer_text(a["answer"])],
+                "mode": "equal", "timeout": timeout}
+    return {"code": program, "imports": imports, "golds": [a["output"]], "calls": [call_text(a["answer"])],
+            "mode": "equal", "timeout": timeout}
+
+
+def grade(task, attempts, timeout=5.0):
+    """Attempts -> [{"correct", "reason"}], graded in the sandbox in parallel. code_o/code_i attempt
+    {"program","input","output","answer"}; code_f {"program" (optional), "inputs","outputs","message","answer"},
+    hidden pairs = last half. `answer` None (a format error) scores False."""
+    results, jobs, owners = [], [], []
+    for i, a in enumerate(attempts):
+        results.append({"correct": False, "reason": ""})
+        try:
+            if isinstance(a, dict) and a.get("answer", "") is None:
+                raise Invalid("no answer (format error)")
+            jobs.append(_grading_job(task, a, timeout))
+            owners.append(i)
+        except Invalid as e:
+            results[i]["reason"] = f"invalid answer: {e}" if not str(e).startswith("bad request") else str(e)
+    for i, run in zip(owners, sandbox.run(jobs)):
+        correct = run["ok"] and all(run["values"]) and bool(run["values"])
+        results[i].update(correct=correct, reason="correct" if correct else
+                          "wrong answer" if run["ok"] else "error: " + run["error"])
+    return results
+
+
+def execute(jobs, timeout=5.0):
+    """Generic sandboxed runs (benchmark tests): job {"code", "stdin" = "", "timeout" (optional), "memory_mb"
+    (optional, default 1024)} -> {"ok", "stdout" (capped at 1 MiB), "error"}. No static screen (see docstring)."""
+    results, runs, owners = [], [], []
+    for i, job in enumerate(jobs):
+        results.append({"ok": False, "stdout": "", "error": ""})
+        if not isinstance(job, dict) or not isinstance(job.get("code"), str) or \
+                not isinstance(job.get("stdin", ""), str):
+            results[i]["error"] = "bad request: job needs a str 'code' (and optional str 'stdin')"
+            continue
+        runs.append({"code": job["code"], "stdin": job.get("stdin", ""), "memory_mb": job.get("memory_mb"),
+                     "timeout": float(job.get("timeout") or timeout)})
+        owners.append(i)
+    for i, run in zip(owners, sandbox.run(runs)):
+        results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"])
+    return results
+
+
+def shutdown():
+    """Stop the worker pool (also registered with atexit in sandbox.py)."""
+    sandbox.shutdown()
+
+
+# ----------------------------------------------------------------------------- complexity
+
+
+def complexity(program):
+    """{"ast_depth", "cyclomatic", "loc", "variables"} of a program (all 0 if it does not parse).
+    cyclomatic = 1 + branch points (if/loops/except/with-less boolean operands/comprehension clauses/match
+    cases/ternaries/asserts); loc = non-blank, non-comment lines; variables = distinct bound names."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):
+        return {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
+    depth, stack, branches, names = 0, [(tree, 1)], 0, set()
+    while stack:   # iterative: model text can nest deeper than Python's recursion limit
+        node, d = stack.pop()
+        depth = max(depth, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.IfExp, ast.Assert,
+                             ast.match_case)):
+            branches += 1
+        elif isinstance(node, ast.BoolOp):
+            branches += len(node.values) - 1
+        elif isinstance(node, ast.comprehension):
+            branches += 1 + len(node.ifs)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    loc = sum(1 for line in program.splitlines() if line.strip() and not line.strip().startswith("#"))
+    return {"ast_depth": depth, "cyclomatic": 1 + branches, "loc": loc, "variables": len(names)}
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="AZR task verifier: validate proposals / grade attempts (JSONL on "
+                                     "stdin, one JSON line out per line in)", allow_abbrev=False)
+    parser.add_argument("command", choices=["validate", "grade", "layers"])
+    parser.add_argument("--task", choices=TASKS)
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per sandboxed run")
+    parser.add_argument("--chunk", type=int, default=512, help="lines validated/graded per batch")
+    args = parser.parse_args(argv)
+    if args.command == "layers":
+        print(json.dumps(sandbox.layers()))
+        return
+    if not args.task:
+        parser.error("--task is required for validate and grade")
+    key = "outputs" if args.task == "code_f" else "output"
+    fail = {"valid": False, "reason": "", key: None} if args.command == "validate" else {"correct": False, "reason": ""}
+    lines = []
+
+    def flush():
+        items, out = [], {}
+        for n, line in enumerate(lines):
+            try:
+                items.append((n, json.loads(line)))
+            except ValueError as e:   # a bad line answers for itself and does not stop the stream
+                out[n] = dict(fail, reason=f"bad request: not JSON ({e})")
+        fn = validate if args.command == "validate" else grade
+        for (n, _), r in zip(items, fn(args.task, [item for _, item in items], args.timeout)):
+            out[n] = {k: r[k] for k in fail}
+        sys.stdout.write("".join(json.dumps(out[n]) + "\n" for n in range(len(lines))))
+        sys.stdout.flush()
+        lines.clear()
+
+    for line in sys.stdin:
+        if line.strip():
+            lines.append(line)
+            if len(lines) >= args.chunk:
+                flush()
+    flush()
+
+
+if __name__ == "__main__":
+    main()
