@@ -57,7 +57,7 @@ UID_BASE = 60000            # children run as UID_BASE + zygote number (root onl
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
            "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
            "numbers", "textwrap", "unicodedata", "queue", "socket", "subprocess", "shutil")
-GUARD = {"os": "kill killpg system putenv unsetenv remove removedirs rmdir unlink rename renames replace truncate "
+GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
                "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir "
                "chdir execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe "
                "spawnl spawnle spawnlp spawnlpe popen posix_spawn posix_spawnp link symlink mkfifo mknod",
@@ -103,7 +103,7 @@ def _plain(value, limit=1_000_000):
 
 def _describe(e):
     try:
-        text = f"{type(e).__name__}: {e}"
+        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     except BaseException:
         text = type(e).__name__
     return text if len(text) <= 300 else text[:300] + "..."
@@ -136,7 +136,10 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
             r = repr_(v)
             if type(r) is not str or len(r) > cap:
                 raise ValueError(f"output repr is not a str of at most {cap} chars")
-            back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
+            try:
+                back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
+            except Exception as e:
+                raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
             if not (_plain(v) and _plain(back) and bool(back == v)):
                 raise ValueError("output is not a plain value whose repr evaluates back to an equal value")
             values.append(r)
@@ -216,7 +219,7 @@ def _child(requests, wfd, workdir, uid):
 _libc = None   # set in the zygote (children must not dlopen after fork)
 _out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _os = None     # the zygote's private handle on the os functions that layer 3 disables for user code
-_MS_RDONLY, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 4096, 8192, 16384, 1 << 18
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
 
 
 def _mount_setup(repo, home):
@@ -226,6 +229,12 @@ def _mount_setup(repo, home):
     mount = _libc.mount
     if _libc.unshare(0x00020000) != 0 or mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return None                               # CLONE_NEWNS; private first, so nothing propagates to the host
+    for line in open("/proc/self/mountinfo"):     # every filesystem read-only in here (per-mount flag, ours only)
+        point, options = line.split()[4].encode().decode("unicode_escape"), line.split()[5].split(",")
+        if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
+            keep = sum(bit for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)) if name in options)
+            if mount(None, point.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep, None) != 0:
+                return None
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         if os.path.isdir(d) and not os.path.islink(d):
             mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=256m,nr_inodes=16384,mode=1777")
@@ -463,8 +472,11 @@ def run(jobs):
         sel = selectors.DefaultSelector()
         pending = len(jobs)
         while pending:
-            for w in _pool["workers"]:           # hand out work to idle zygotes
+            for n, w in enumerate(_pool["workers"]):   # hand out work to idle zygotes
                 if w["job"] is None and (queues[w["family"]] or queues[None]):
+                    if w["proc"].poll() is not None:   # died while idle (killed from outside): replace first
+                        _kill(w)
+                        _pool["workers"][n] = w = _hello(_start(w["family"]))
                     i = (queues[w["family"]] or queues[None]).pop()
                     job = {k: v for k, v in jobs[i].items() if k != "family"}
                     w["job"], w["deadline"] = i, time.monotonic() + float(job.get("timeout", 5.0)) + GRACE_S

@@ -482,6 +482,9 @@ def shutdown():
 # ----------------------------------------------------------------------------- complexity
 
 
+_MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)   # Load, And, Add, ...: not depth
+
+
 def complexity(program):
     """{"ast_depth", "cyclomatic", "loc", "variables"} of a program (all 0 if it does not parse).
     cyclomatic = 1 + branch points (if/loops/except/with-less boolean operands/comprehension clauses/match
@@ -494,7 +497,7 @@ def complexity(program):
     while stack:   # iterative: model text can nest deeper than Python's recursion limit
         node, d = stack.pop()
         depth = max(depth, d)
-        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node) if not isinstance(child, _MARKERS))
         if isinstance(node, (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.IfExp, ast.Assert,
                              ast.match_case)):
             branches += 1

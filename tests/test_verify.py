@@ -1,0 +1,488 @@
+"""verify.py + sandbox.py: prompts, parsers, validity, grading, complexity, CLI, hostile code, the worker pool,
+and the AZR seed tally (real data, skipped without ../shared)."""
+import ast
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+import sandbox
+import verify
+from conftest import ROOT, shared_path
+
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
+PROBLEMS = [json.loads(line) for line in open(FIXTURE)]
+
+
+def think(answer):
+    """A well-formed response (the continuation after the prompt's "<think>")."""
+    return f" I should reason. </think>\n<answer>{answer}</answer>"
+
+
+# ----------------------------------------------------------------------------- prompts
+
+
+def test_teacher_prompts():
+    refs = PROBLEMS[:6]
+    for task in ("code_i", "code_o"):
+        p = verify.teacher_prompt(task, refs)
+        assert p.startswith("A conversation between User and Assistant.") and p.endswith("\nAssistant: <think>")
+        assert p.count("<snippet_") == 6 and p.count("```output") == 6 and refs[3]["program"] in p
+        assert "Reference code snippets" in p and "subprocess" in p   # banned words listed
+    assert "must work out the input." in verify.teacher_prompt("code_i", [])
+    assert "must work out the output." in verify.teacher_prompt("code_o", [])
+    p = verify.teacher_prompt("code_f", [], PROBLEMS[0]["program"])
+    assert PROBLEMS[0]["program"] + "\nf(<|YOUR INPUT WILL BE PLUGGED HERE|>)" in p and "```message" in p
+
+
+def test_student_prompts_show_half_of_code_f():
+    problem = {"program": "def f(x):\n    return x", "inputs": [f"{k}" for k in range(10)],
+               "outputs": [f"'out{k}'" for k in range(10)], "message": "identity"}
+    p = verify.student_prompt("code_f", problem)
+    assert "```input_4\n4\n```" in p and "'out4'" in p and "input_5" not in p and "'out5'" not in p
+    assert "def f(x)" not in p and p.endswith("Assistant: <think>")
+    p = verify.student_prompt("code_o", PROBLEMS[0])
+    assert PROBLEMS[0]["program"] in p and PROBLEMS[0]["input"] in p and PROBLEMS[0]["output"] not in p
+    p = verify.student_prompt("code_i", PROBLEMS[0])
+    assert PROBLEMS[0]["output"] in p and "```input\n" not in p
+
+
+# ----------------------------------------------------------------------------- parsers
+
+PY, INP = "```python\ndef f(x):\n    return x\n```", "```input\n1, 2\n```"
+TEACHER_CASES = [
+    ("code_o", think(f"{PY}\n{INP}"), {"program": "def f(x):\n    return x", "input": "1, 2"}),
+    ("code_o", think(f"```\ndef g(x):\n    return x\n```\n{INP}\n```python\nother\n```\n```input\n3\n```"),
+     {"program": "def g(x):\n    return x", "input": "1, 2"}),                     # first fences win
+    ("code_i", think(f"{PY}\n```input\n[1,\n 2]\n```"), {"program": "def f(x):\n    return x", "input": "[1,\n 2]"}),
+    ("code_o", think(PY), None),                                                  # no input fence
+    ("code_o", f" no closing think <answer>{PY}{INP}</answer>", None),
+    ("code_o", f" </think> {PY}{INP}", None),                                     # no answer tags
+    ("code_o", f" </think><answer>{PY}{INP}", None),                              # truncated
+    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(12)) + "```message\nadds one\n```"),
+     {"inputs": [str(k) for k in range(2, 12)], "message": "adds one"}),         # last 10 kept
+    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(10)) + "<message>tag form</message>"),
+     {"inputs": [str(k) for k in range(10)], "message": "tag form"}),
+    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(9)) + "```message\nm\n```"), None),
+    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(10))), None),  # no message
+]
+
+
+@pytest.mark.parametrize("task,response,expected", TEACHER_CASES)
+def test_parse_teacher(task, response, expected):
+    assert verify.parse_teacher(task, response) == expected
+
+
+STUDENT_CASES = [
+    ("code_o", think("```output\n1\n```\n```output\n[2, 3]\n```"), "[2, 3]"),    # last fence
+    ("code_o", think("  'abc'  "), "'abc'"),                                       # whole answer as fallback
+    ("code_i", think("```input\n'a',\n'b'\n```"), "'a',\n'b'"),
+    ("code_i", think(""), None),
+    ("code_f", think("```python\ndef f(x): return 1\n```\ntext\n```python\ndef f(x):\n    return 2\n```"),
+     "def f(x):\n    return 2"),
+    ("code_f", think("def f(x): return 1"), None),                                 # code_f needs a fence
+    ("code_o", "<answer>1</answer>", None),                                        # no </think>
+    ("code_o", None, None),
+]
+
+
+@pytest.mark.parametrize("task,response,expected", STUDENT_CASES)
+def test_parse_student(task, response, expected):
+    assert verify.parse_student(task, response) == expected
+
+
+# ----------------------------------------------------------------------------- validity
+
+
+def test_fixture_problems_reproduce_and_normalise():
+    res = verify.validate("code_o", [{"program": p["program"], "input": p["input"]} for p in PROBLEMS])
+    assert [r["reason"] for r in res] == ["valid"] * len(PROBLEMS)
+    assert [r["output"] for r in res] == [p["output"] for p in PROBLEMS]
+    renamed = res[6]["program"]                        # `def solve` -> `def f`, layout kept
+    assert renamed.startswith("def f(grid):") and renamed.count("\n") == PROBLEMS[6]["program"].count("\n")
+
+
+LOOP = "def f(x):\n    while True:\n        pass"
+VALIDITY_CASES = [   # (program, input, valid, reason fragment)
+    ("def g(x):\n    return g2(x)\ndef g2(y):\n    return y", "1", False, "several top-level functions"),
+    ("def f(x):\n    f = 3\n    return x", "1", True, "valid"),
+    ("def g(x):\n    f = 3\n    return x", "1", False, "name f is already used"),
+    ("x = 1", "1", False, "no top-level function"),
+    ("def f(x) return x", "1", False, "syntax error"),
+    ("import os\ndef f(x):\n    return x", "1", False, "banned import: os"),
+    ("from os import path\ndef f(x):\n    return x", "1", False, "banned import: os"),
+    ("import numpy.random\ndef f(x):\n    return x", "1", False, "banned import: random"),
+    ("def f(x):\n    return eval('x')", "1", False, "banned name: eval"),
+    ("def f(x):\n    g = open\n    return x", "1", False, "banned name: open"),
+    ("def f(input):\n    return input * 2", "3", True, "valid"),           # a parameter called input is fine
+    ("def f(x):\n    return ().__class__.__bases__[0]", "1", False, "banned attribute"),
+    ("def f(x):\n    return getattr(f, '__glob' + 'als__')", "1", False, "constant attribute name"),
+    ("def f(x):\n    return '{0.__globals__}'.format(f)", "1", False, "banned name in a string"),
+    ("import collections\ndef f(x):\n    collections.Counter.__eq__ = None\n    return x", "1", False, "imported"),
+    ("from collections import Counter\ndef f(x):\n    Counter.update = None\n    return x", "1", False, "imported"),
+    ("def f(x):\n    return x", "'abcdefgh'", True, "valid"),
+    ("def f(x):\n    return len('abcdefgh') + len(x)", "'abcdefgh'", False, "verbatim"),
+    ("def f(x):\n    return 1 / x", "0", False, "ZeroDivisionError"),
+    ("def f(x):\n    return [x] * 3000", "1", False, "at most 2000"),
+    ("def f(x):\n    return float('nan')", "1", False, "does not evaluate back (NameError"),
+    ("def f(x):\n    return object()", "1", False, "does not evaluate back (SyntaxError"),
+    ("class A:\n    def __repr__(self):\n        return '1'\ndef f(x):\n    return A()", "1", False, "plain value"),
+    ("class A:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f(x):\n    return A()", "1", False,
+     "RuntimeError"),
+    ("def f(x):\n    return {'kiwi', 'fig', 'plum', 'pear', 'lime', 'date', 'yuzu', 'sloe'}", "1", False,
+     "non-deterministic"),
+    ("def f(x):\n    return sorted({'kiwi', 'fig', 'plum', 'pear', 'lime'})", "1", True, "valid"),
+    ("def f(x):\n    return x", "1), (2", False, "not an argument list"),      # no call-text injection
+    ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
+    ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),         # multi-line input
+]
+
+
+def test_validity_table():
+    res = verify.validate("code_o", [{"program": p, "input": i} for p, i, _, _ in VALIDITY_CASES], timeout=2.0)
+    for (program, inp, valid, reason), r in zip(VALIDITY_CASES, res):
+        assert (r["valid"], reason in r["reason"]) == (valid, True), (program, inp, r)
+        assert (r["output"] is None) == (not valid)
+    assert res[-1]["output"] == "[1, 2, 3]"
+
+
+def test_validate_bad_requests_never_raise():
+    bad = [None, 1, "text", {}, {"program": 5, "input": "1"}, {"program": "def f(x): return x"}]
+    res = verify.validate("code_i", bad)
+    assert all(not r["valid"] and r["reason"].startswith("bad request") for r in res)
+    assert verify.validate("code_o", []) == []
+
+
+def test_code_f_validity():
+    base = {"program": "def f(x):\n    return x % 3", "message": "remainders"}
+    inputs = [str(k) for k in range(10)]
+    cases = [(dict(base, inputs=inputs), True, "valid"),
+             (dict(base, inputs=["3"] * 10), False, "2 distinct"),
+             (dict(base, inputs=inputs[:9]), False, "need 10"),
+             (dict(base, inputs=inputs[:9] + ["'a'"]), False, "TypeError"),
+             (dict(base, inputs=inputs, message="def f(x):\n    return x % 3"), False, "contains the program"),
+             (dict(base, inputs=inputs, message=" "), False, "empty")]
+    res = verify.validate("code_f", [c for c, _, _ in cases])
+    for (_, valid, reason), r in zip(cases, res):
+        assert r["valid"] == valid and reason in r["reason"], r
+    assert res[0]["outputs"] == [repr(k % 3) for k in range(10)]
+
+
+# ----------------------------------------------------------------------------- grading
+
+ALWAYS_EQ = "class E:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\ndef f(x):\n    return E()"
+CODE_O = {"program": "def f(x):\n    return [x, x * 2]", "input": "3", "output": "[3, 6]"}
+COUNTER = {"program": "from collections import Counter\ndef f(s):\n    return Counter(s)", "input": "'aab'",
+           "output": "Counter({'a': 2, 'b': 1})"}
+GRADE_CASES = [   # (task, attempt, correct)
+    ("code_o", dict(CODE_O, answer="[3, 6]"), True),
+    ("code_o", dict(CODE_O, answer="[3.0, 6]"), True),                           # Python ==, as AZR
+    ("code_o", dict(CODE_O, answer="[3,\n 6]"), True),
+    ("code_o", dict(CODE_O, answer="[3, 7]"), False),
+    ("code_o", dict(CODE_O, answer="f(3)"), False),                              # f is not in scope
+    ("code_o", dict(CODE_O, answer="type('E', (), {'__eq__': lambda s, o: True})()"), False),
+    ("code_o", dict(CODE_O, answer="__import__('os')"), False),
+    ("code_o", dict(CODE_O, answer=None), False),
+    ("code_o", dict(COUNTER, answer="Counter({'b': 1, 'a': 2})"), True),
+    ("code_o", dict(COUNTER, answer="{'a': 2, 'b': 1}"), True),                  # Counter == dict, as Python
+    ("code_i", dict(CODE_O, answer="3"), True),
+    ("code_i", dict(CODE_O, answer="4"), False),
+    ("code_i", dict(PROBLEMS[0], answer="[2, 3, 1],\n'x'"), True),              # another input that works
+    ("code_i", dict(CODE_O, answer="3), (4"), False),
+]
+F_ATTEMPT = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k in range(10)],
+             "outputs": [str(2 * k) for k in range(10)], "message": "doubles"}
+GRADE_CASES += [
+    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return x + x"), True),
+    ("code_f", dict(F_ATTEMPT, answer="def double(y):\n    return 2 * y"), True),   # renamed to f
+    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x < 5 else 0"), False),  # fails hidden half
+    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x >= 5 else 0"), True),  # shown half unchecked
+    ("code_f", dict(F_ATTEMPT, answer=ALWAYS_EQ), False),                        # always-equal object
+    ("code_f", dict(F_ATTEMPT, answer="class I(int):\n    def __eq__(s, o):\n        return True\n"
+                                      "def f(x):\n    return I(0)"), False),
+    ("code_f", dict(F_ATTEMPT, answer="import os\ndef f(x):\n    return 2 * x"), False),
+]
+
+
+def test_grade_table():
+    for task in verify.TASKS:
+        cases = [(a, c) for t, a, c in GRADE_CASES if t == task]
+        res = verify.grade(task, [a for a, _ in cases], timeout=2.0)
+        for (attempt, correct), r in zip(cases, res):
+            assert r["correct"] == correct, (task, attempt.get("answer"), r)
+            assert r["reason"] == "correct" if correct else r["reason"] != "correct"
+
+
+def test_grade_answer_bombs_are_bounded():
+    start = time.monotonic()
+    res = verify.grade("code_o", [dict(CODE_O, answer="9**9**9"), dict(CODE_O, answer="[0] * 10**10")], timeout=1.0)
+    assert [r["correct"] for r in res] == [False, False] and "timeout" in res[0]["reason"]
+    assert "MemoryError" in res[1]["reason"] and time.monotonic() - start < 6
+
+
+def test_grade_bad_requests():
+    res = verify.grade("code_f", [{"inputs": ["1"], "outputs": ["1"], "answer": "def f(x): return x"}, None])
+    assert all(r["reason"].startswith("bad request") and not r["correct"] for r in res)
+
+
+# ----------------------------------------------------------------------------- complexity
+
+
+def test_complexity():
+    program = ("def f(xs, k):\n    # comment\n    total = 0\n    for x in xs:\n        if x > k and x % 2:\n"
+               "            total += x\n\n    return [y for y in xs if y] or total\n")
+    assert verify.complexity(program) == {"ast_depth": 7, "cyclomatic": 1 + 1 + 1 + 1 + 2 + 1, "loc": 6,
+                                          "variables": 5}
+    assert verify.complexity("def f(:") == {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
+    deep = "def f(x):\n    return " + "[" * 150 + "x" + "]" * 150
+    assert verify.complexity(deep)["ast_depth"] > 150
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def run_cli(args, lines):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "verify.py"), *args], input="\n".join(lines) + "\n",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_cli_validate_and_grade():
+    lines = [json.dumps({"program": PROBLEMS[1]["program"], "input": PROBLEMS[1]["input"]}), "{not json",
+             json.dumps({"program": "def f(x): return x"}), json.dumps(["a list"]),
+             json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})]
+    out = run_cli(["validate", "--task", "code_o"], lines)
+    assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"]}
+    assert [o["valid"] for o in out] == [True, False, False, False, True] and out[4]["output"] == "2"
+    assert all(o["reason"].startswith("bad request") and o["output"] is None for o in out[1:4])
+    out = run_cli(["grade", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, answer="def f(x):\n    return x * 2")),
+                                                  "[", json.dumps(dict(F_ATTEMPT, answer="def f(x): return 0"))])
+    assert [o["correct"] for o in out] == [True, False, False] and set(out[0]) == {"correct", "reason"}
+    out = run_cli(["validate", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, inputs=F_ATTEMPT["inputs"]))])
+    assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"]}]
+
+
+# ----------------------------------------------------------------------------- hostile code
+
+def visible_dir():
+    """A folder the test can write and the sandbox children can see (not hidden, not a private tmpfs)."""
+    hidden = sandbox.layers()["hidden_dirs"] + ["/tmp", "/var/tmp", "/dev/shm", "/run/lock"]
+    for d in ("/run", "/var/lib", "/opt", "/srv", "/mnt"):
+        if os.path.isdir(d) and os.access(d, os.W_OK) and not any((d + "/").startswith(h + "/") for h in hidden):
+            return d
+    return None
+
+
+@pytest.fixture
+def victims(tmp_path):
+    """World-writable victim files in tmp_path and in a folder the children can see; removed afterwards."""
+    folders = [str(tmp_path)] + ([tempfile.mkdtemp(dir=visible_dir())] if visible_dir() else [])
+    files = []
+    for d in folders:
+        os.chmod(d, 0o777)
+        files.append(os.path.join(d, "victim.txt"))
+        with open(files[-1], "w") as fh:
+            fh.write("intact")
+        os.chmod(files[-1], 0o666)
+    yield files
+    for d in folders[1:]:
+        subprocess.run(["rm", "-rf", d])
+
+
+def sandbox_children():
+    """Live processes whose parent is one of our zygotes and that run as a sandbox uid (i.e. ran user code)."""
+    zygotes = {w["proc"].pid for w in sandbox._pool["workers"]}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            uid = int(open(f"/proc/{pid}/status").read().split("Uid:")[1].split()[0])
+        except (OSError, IndexError):
+            continue
+        if int(stat[1]) in zygotes and uid >= sandbox.UID_BASE:
+            found.append(int(pid))
+    return found
+
+
+# (name, code as a program body or script, runtime expectation: error fragment or "contained")
+HOSTILE = [
+    ("infinite loop", "while True:\n    pass", "timeout"),
+    ("fork bomb", "import os\nwhile True:\n    os.fork()", "NoneType"),
+    ("raw fork", "import ctypes\nlibc = ctypes.CDLL(None)\nassert all(libc.fork() == -1 for _ in range(50))", "ok"),
+    ("threads", "import threading\nthreading.Thread(target=print).start()", "can't start new thread"),
+    ("memory bomb", "x = []\nwhile True:\n    x.append(' ' * 10**6)", "MemoryError|timeout"),   # load-dependent
+    ("9**9**9", "x = 9**9**9", "timeout"),
+    ("deep recursion", "def r(n):\n    return r(n + 1)\nr(0)", "RecursionError"),
+    ("write file", "open('{victim}', 'w').write('pwned')", "contained"),
+    ("write new file", "open('{new}', 'w').write('pwned')", "contained"),
+    ("delete file", "import os\nos.remove('{victim}')", "contained"),
+    ("unlink via ctypes", "import ctypes\nassert ctypes.CDLL(None).unlink(b'{victim}') == -1", "ok"),
+    ("env var", "import os\nassert 'POPULORA_SECRET' not in str(dict(os.environ))\nprint(sorted(os.environ))", "ok"),
+    ("parent env", "import os\nprint(open('/proc/%d/environ' % os.getppid()).read())", "PermissionError"),
+    ("read outside", "print(open('{repo}/verify.py').read())", "Error"),
+    ("read root-only", "print(open('/etc/shadow').read())", "Error"),
+    ("socket", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)", "NoneType"),
+    ("raw socket", "import _socket\ns = _socket.socket()\ns.settimeout(1)\ns.connect(('8.8.8.8', 53))", "Error"),
+    ("subprocess", "import subprocess\nsubprocess.run(['touch', '{new}'])", "NoneType"),
+    ("os.system", "import os\nos.system('touch {new}')", "NoneType"),
+    ("os._exit", "import os\nos._exit(3)", "exited (code 3)"),
+    ("sys.exit", "import sys\nsys.exit(4)", "SystemExit: 4"),
+    ("signal handlers", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+     "signal.pthread_sigmask(signal.SIG_BLOCK, range(1, 32))\nwhile True:\n    pass", "timeout"),
+    ("kill others", "import ctypes\nassert ctypes.CDLL(None).kill(1, 9) == -1\nassert ctypes.CDLL(None).setuid(0) == -1",
+     "ok"),
+    ("patch builtins", "import builtins\nbuiltins.len = lambda x: 0\nbuiltins.print = None", "ok"),
+    ("bases escape", "c = [x for x in ().__class__.__bases__[0].__subclasses__() if x.__name__ == '_wrap_close'][0]\n"
+     "c.__init__.__globals__['system']('touch {new}')", "NoneType"),
+    ("huge output", "while True:\n    print('x' * 10**6)", "timeout"),
+    ("non-utf8 output", "import sys\nprint('\\udcff')\nsys.stdout.buffer.write(b'\\xff\\xfe')", "ok"),
+    ("bad repr", "class A:\n    def __repr__(self):\n        while True:\n            pass\nrepr(A())", "timeout"),
+]
+
+
+def test_hostile_code_is_contained(victims, monkeypatch):
+    victim, new = victims[-1], os.path.join(os.path.dirname(victims[-1]), f"new-{uuid.uuid4().hex}")
+    sandbox.shutdown()                                  # restart the pool with a secret in our environment
+    monkeypatch.setenv("POPULORA_SECRET", "hunter2")
+    jobs = [{"code": code.format(victim=victim, new=new, repo=ROOT), "timeout": 2.0} for _, code, _ in HOSTILE]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    res = sandbox.run(jobs)
+    elapsed = time.monotonic() - start
+    for (name, code, expect), r in zip(HOSTILE, res):
+        if expect == "ok":
+            assert r["ok"], (name, r)
+        elif expect != "contained":
+            assert not r["ok"] and any(e in r["error"] for e in expect.split("|")), (name, r)
+        assert len(r["stdout"]) <= sandbox.STDOUT_CAP and "hunter2" not in r["stdout"] + r["error"], name
+        with pytest.raises(ProcessLookupError):           # the child that ran it is gone
+            os.kill(r["pid"], 0)
+    assert elapsed < 2.0 * len(HOSTILE) / len(sandbox._pool["workers"]) + 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000   # KiB: parent memory bounded
+    assert all(open(v).read() == "intact" for v in victims) and not os.path.exists(new)
+    assert sandbox_children() == []
+    after = sandbox.run([{"code": "print(len([1, 2]))"}] * 8)   # the pool still works, builtins unpatched
+    assert [r["stdout"] for r in after] == ["2\n"] * 8
+
+
+def test_hostile_programs_are_invalid():
+    programs = []
+    for _, code, _ in HOSTILE:   # as the body of a proposal: rejected by the screen or fails at run time
+        body = "\n".join("    " + line for line in code.format(victim="/x", new="/y", repo=ROOT).splitlines())
+        programs.append({"program": f"def f(n):\n{body}\n    return 1", "input": "1"})
+    res = verify.validate("code_o", programs, timeout=1.0)
+    assert [r["valid"] for r in res] == [False] * len(HOSTILE), [(h[0], r["reason"]) for h, r in zip(HOSTILE, res)]
+
+
+def test_execute_stdin_big_code_memory_and_timeouts():
+    prog = "import sys\ndata = sys.stdin.read().split()\nprint(sum(map(int, data)))\n"
+    big = "x = [\n" + "    1,\n" * 60_000 + "]\nassert sum(x) == 60000\nprint('big')\n"   # ~400 KB of code
+    jobs = [{"code": prog, "stdin": " ".join(map(str, range(100_000)))},
+            {"code": "print(input())\nprint(input())", "stdin": "a\nb\n"},
+            {"code": big},
+            {"code": "assert 1 == 2, 'nope'"},
+            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)"},   # address space only: fast, no RAM used
+            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)\nprint('fits')", "memory_mb": 2048},
+            {"code": "import time\ntime.sleep(30)", "timeout": 0.5},
+            {"code": 5}]
+    start = time.monotonic()
+    res = verify.execute(jobs)
+    assert res[0] == {"ok": True, "stdout": f"{sum(range(100_000))}\n", "error": ""}
+    assert res[1]["stdout"] == "a\nb\n" and res[2]["stdout"] == "big\n"
+    assert res[3] == {"ok": False, "stdout": "", "error": "AssertionError: nope"}
+    assert "Cannot allocate memory" in res[4]["error"] and res[5] == {"ok": True, "stdout": "fits\n", "error": ""}
+    assert res[6]["error"] == "timeout" and res[7]["error"].startswith("bad request")
+    assert time.monotonic() - start < 15
+
+
+# ----------------------------------------------------------------------------- the pool
+
+
+def test_timeout_replaces_the_child_and_next_call_works():
+    start = time.monotonic()
+    r = sandbox.run([{"code": "while True:\n    pass", "timeout": 0.5}])[0]
+    assert r["error"] == "timeout" and time.monotonic() - start < 0.5 + 2.0
+    with pytest.raises(ProcessLookupError):
+        os.kill(r["pid"], 0)
+    again = sandbox.run([{"code": "print('alive')", "timeout": 0.5}] * 4)
+    assert [x["stdout"] for x in again] == ["alive\n"] * 4 and r["pid"] not in {x["pid"] for x in again}
+
+
+def test_dead_zygote_is_replaced():
+    sandbox.layers()
+    victim = sandbox._pool["workers"][0]["proc"].pid
+    os.killpg(victim, signal.SIGKILL)
+    time.sleep(0.2)
+    res = sandbox.run([{"code": "print(1)", "family": 0}] * 4)
+    assert all(r["ok"] for r in res)
+    assert victim not in [pid for pid, _ in sandbox.layers()["workers"]]
+
+
+def test_families_have_different_hash_seeds_and_layers():
+    lay = sandbox.layers()
+    seeds = [seed for _, seed in lay["workers"]]
+    assert len(set(seeds)) == len(seeds) >= 2
+    res = sandbox.run([{"code": "print(hash('populora'))", "family": fam} for fam in (0, 1)])
+    assert res[0]["stdout"] != res[1]["stdout"]
+    net = sandbox.run([{"code": "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
+                                "s.connect(('127.0.0.1', 1))"}])[0]
+    if lay["network_namespace"]:   # no interface is up, not even loopback
+        assert "Network is unreachable" in net["error"] or "Cannot assign" in net["error"], net
+    if os.geteuid() == 0 and sys.platform == "linux":
+        assert lay["uid_drop"] and lay["no_fork"]
+
+
+# ----------------------------------------------------------------------------- AZR seeds (real data)
+
+
+def literal(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def seed_tally(rows, results):
+    """Each AZR seed program -> one explained category (or "unexplained"); also returns the odd ones."""
+    tally, odd = dict.fromkeys(["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"], 0), []
+    for row, r in zip(rows, results):
+        rec = row["output"]
+        if r["valid"] and (r["output"] == rec or literal(r["output"]) == literal(rec)):
+            key = "reproduced"
+        elif "..." in rec and len(rec) == 403 and (not r["valid"] or r["output"][:200] == rec[:200]):
+            key = "truncated"
+        elif rec == "":
+            key = "recorded_empty"
+        elif r["reason"].startswith("non-deterministic"):
+            key = "hash_order"
+        else:
+            key = "unexplained"
+            odd.append((row["snippet"], dict(r, input=row["input"])))
+        tally[key] += 1
+    return tally, odd
+
+
+@pytest.mark.slow
+def test_azr_seed_tally():
+    rows = [json.loads(line) for line in open(shared_path("azr_seeds", "7b_coder_seed_io.jsonl"))]
+    results = verify.validate("code_o", [{"program": r["snippet"], "input": r["input"]} for r in rows])
+    for attempt in range(3):   # two lucky hash seeds can agree on set order: recheck those with fresh zygotes
+        tally, odd = seed_tally(rows, results)
+        if not odd:
+            break
+        sandbox.shutdown()
+        redo = verify.validate("code_o", [{"program": s, "input": r["input"]} for s, r in odd])
+        for (snippet, r), again in zip(odd, redo):
+            if again["reason"].startswith("non-deterministic"):
+                results[[row["snippet"] for row in rows].index(snippet)] = again
+    print("AZR seed tally:", json.dumps(tally))
+    assert sum(tally.values()) == 256 and tally["truncated"] == 7 and tally["reproduced"] >= 240
+    assert tally["unexplained"] == 0, odd
