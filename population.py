@@ -15,6 +15,7 @@ The memory of token_logprobs grows with batch x completion length x vocabulary: 
 micro-batch. vLLM sleep mode is enabled on CUDA but never called here (adapters after a wake-up are untested).
 """
 import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -41,15 +42,17 @@ SPECIALS = ["<|endoftext|>", "<|pad|>"]  # ids 256 (eos) and 257 (pad), after th
 
 def _byte_chars():
     """GPT-2's byte -> printable character map (what the ByteLevel pre-tokenizer emits), so token id == byte."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return chars
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), 256))
+    moved = [b for b in range(256) if b not in keep]  # control bytes and space go to U+0100 onwards
+    return {b: chr(b) if b in keep else chr(256 + moved.index(b)) for b in range(256)}
+
+
+@contextlib.contextmanager
+def _seeded(seed):
+    """Seed torch's global RNGs (CPU and every GPU) inside the block and restore the caller's states after."""
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count())):
+        torch.manual_seed(seed)
+        yield
 
 
 def build_tiny(folder, seed=0):
@@ -65,8 +68,7 @@ def build_tiny(folder, seed=0):
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0], pad_token=SPECIALS[1])
     config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=256, pad_token_id=257,
                          dtype="float32", **TINY)
-    with torch.random.fork_rng(devices=[]):  # seed the init without disturbing the caller's RNG
-        torch.manual_seed(seed)
+    with _seeded(seed):
         model = Qwen2ForCausalLM(config)
     os.makedirs(folder, exist_ok=True)
     model.save_pretrained(folder)
@@ -119,8 +121,7 @@ def init_population(base, tokenizer, cfg, roles):
             raise ValueError(f"unknown role {role!r}; expected one of {sorted(PREFIX)}")
         name = f"{PREFIX[role]}{counts.get(role, 0)}"
         counts[role] = counts.get(role, 0) + 1
-        with torch.random.fork_rng(devices=[]):  # lora_A's random init, reproducible per (seed, slot)
-            torch.manual_seed(cfg["seed"] * 1000 + i)
+        with _seeded(cfg["seed"] * 1000 + i):  # lora_A's random init, reproducible per (seed, slot)
             if model is None:
                 model = get_peft_model(base, _lora_config(cfg), adapter_name=name)
             else:
@@ -210,11 +211,9 @@ def make_engine(kind, model_path, model, tokenizer, members, cfg):
     if kind == "auto":
         kind = "hf"
         if torch.cuda.is_available():
-            try:
+            with contextlib.suppress(ImportError):
                 import vllm  # noqa: F401
                 kind = "vllm"
-            except ImportError:
-                pass
     if kind not in ("vllm", "hf"):
         raise ValueError(f"unknown engine {kind!r}; expected vllm, hf or auto")
     max_len = cfg.get("max_model_len") or cfg["max_prompt_tokens"] + cfg["max_new_tokens"]
@@ -225,6 +224,7 @@ def make_engine(kind, model_path, model, tokenizer, members, cfg):
               "lora_ids": {m["name"]: m["lora_id"] for m in members}}
     if kind == "vllm":
         engine["llm"] = _make_llm(model_path, len(members), max_len, cfg)
+        engine["own_lora_dir"] = not cfg.get("lora_dir")
         engine["lora_dir"] = cfg.get("lora_dir") or tempfile.mkdtemp(
             prefix="populora-lora-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)  # tmpfs on GPU nodes
         engine["paths"] = {}
@@ -243,6 +243,7 @@ def _make_llm(model_path, n_members, max_len, cfg):
                   max_lora_rank=rank, max_cpu_loras=max(max_loras, n_members), dtype=cfg.get("dtype", "float32"),
                   max_model_len=max_len, seed=cfg["seed"], enforce_eager=not cuda,
                   gpu_memory_utilization=cfg.get("gpu_memory_utilization", 0.5))
+    kwargs.update({k: cfg[k] for k in ("max_num_seqs", "max_num_batched_tokens") if cfg.get(k)})
     if cuda:
         kwargs["enable_sleep_mode"] = True  # raises on CPU
     else:  # otherwise the CPU worker reserves gpu_memory_utilization x host RAM for the KV cache
@@ -278,6 +279,18 @@ def sync_adapters(engine, model, names, version):
     llm.reset_prefix_cache()
 
 
+def close_engine(engine):
+    """Shut the vLLM engine down now (hf: nothing to do). Under torchrun, vLLM's shutdown also destroys the default
+    process group: call this last, then dist.destroy_process_group() only if dist.is_initialized()."""
+    llm = engine.pop("llm", None)
+    if llm is not None:
+        llm.llm_engine.engine_core.shutdown()
+        del llm
+        gc.collect()
+    if engine.pop("own_lora_dir", False):
+        shutil.rmtree(engine["lora_dir"], ignore_errors=True)
+
+
 def generate(engine, requests, temperature, top_p, max_new_tokens, seed):
     """Complete every (prompt_text, member_name) in one batched call. Returns, per request, {"text", "prompt_ids",
     "completion_ids" (including the end-of-sequence token when one was generated), "error" (None, or why this
@@ -294,7 +307,7 @@ def generate(engine, requests, temperature, top_p, max_new_tokens, seed):
     for i, p in enumerate(ids):
         room = min(max_new_tokens, engine["max_model_len"] - len(p))
         if not p or room <= 0:
-            out[i]["error"] = f"prompt of {len(p)} tokens leaves no room in max_model_len {engine['max_model_len']}"
+            out[i]["error"] = f"prompt of {len(p)} tokens: empty, or no room left in max_model_len {engine['max_model_len']}"
         else:
             todo.append((i, room))
     run = _generate_vllm if engine["kind"] == "vllm" else _generate_hf
@@ -333,17 +346,12 @@ def _generate_hf(engine, items, temperature, top_p, seed):
     was_training = model.training
     model.eval()  # peft refuses adapter_names= in training mode
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(seed)
+        with _seeded(seed):
             for start in range(0, len(order), engine["batch_size"]):
                 chunk = order[start:start + engine["batch_size"]]
                 width = max(len(items[k][0]) for k in chunk)
-                input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for row, k in enumerate(chunk):
-                    p = items[k][0]
-                    input_ids[row, width - len(p):] = torch.tensor(p)
-                    mask[row, width - len(p):] = 1
+                input_ids = torch.tensor([[pad] * (width - len(items[k][0])) + items[k][0] for k in chunk])
+                mask = (torch.arange(width) >= torch.tensor([[width - len(items[k][0])] for k in chunk])).long()
                 gen = GenerationConfig(max_new_tokens=max(items[k][2] for k in chunk), do_sample=not greedy,
                                        temperature=None if greedy else temperature, top_p=None if greedy else top_p,
                                        top_k=0, eos_token_id=eos, pad_token_id=pad)
@@ -494,93 +502,87 @@ def save_checkpoint(out_dir, step, model, members, optimizers, state, archive):
         for task, problems in archive.items():
             for problem in problems:
                 f.write(json.dumps({"task": task, "problem": problem}) + "\n")
-    files = {}
-    for root, _, names in os.walk(tmp):
-        for n in names:
-            path = os.path.join(root, n)
-            files[os.path.relpath(path, tmp)] = os.path.getsize(path)
+    files = {os.path.relpath(os.path.join(root, n), tmp): os.path.getsize(os.path.join(root, n))
+             for root, _, names in os.walk(tmp) for n in names}
     full = {**state, "step": step, "members": members, "rng": _rng_state(),
             "archive_sizes": {task: len(p) for task, p in archive.items()}, "files": files}
     with open(os.path.join(tmp, "state.json"), "w") as f:  # written last: its presence marks a complete folder
         json.dump(full, f)
         f.flush()
         os.fsync(f.fileno())
-    if os.path.exists(final):  # re-saving a step (after a resume): swap, then delete the old one
-        old = f"{final}.old_{os.getpid()}"
+    old = f"{final}.old_{os.getpid()}"
+    if os.path.exists(final):  # re-saving a step (after a resume): move the old one aside, delete it after
         os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, final)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def load_checkpoint(folder, model, members, optimizers):
-    """Restore adapters, optimizer states, members (mu, sigma, lineage, ids; the list is updated in place) and the
+    """Restore adapters, optimizer states, members (mu, sigma, lineage, ids: each dict updated in place) and the
     global RNG states from save_checkpoint's folder. Every file is read and checked first; any problem raises
     ValueError naming the file and nothing is changed. Returns (state as saved by the caller, incl. step, archive)."""
-    def bad(path, why):
-        return ValueError(f"checkpoint {folder}: {os.path.relpath(path, folder)} {why}")
+    def bad(rel, why):
+        return ValueError(f"checkpoint {folder}: {rel} {why}")
 
-    path = os.path.join(folder, "state.json")
-    if not os.path.isfile(path):
-        raise bad(path, "is missing (incomplete or not a checkpoint folder)")
-    try:
+    def read(rel, loader):
+        path = os.path.join(folder, rel)
+        if not os.path.isfile(path):
+            raise bad(rel, "is missing (an incomplete checkpoint, or not one)")
+        try:
+            return loader(path)
+        except Exception as e:  # json, safetensors and torch.load each raise their own types on damaged files
+            raise bad(rel, f"is unreadable: {e!r}") from None
+
+    def json_file(path):
         with open(path) as f:
-            full = json.load(f)
-        files, saved = full["files"], full["members"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise bad(path, f"is unreadable: {e!r}") from None
-    for rel, size in files.items():
-        p = os.path.join(folder, rel)
-        if not os.path.isfile(p):
-            raise bad(p, "is missing")
-        if os.path.getsize(p) != size:
-            raise bad(p, f"has {os.path.getsize(p)} bytes, expected {size} (truncated or corrupt)")
-    if sorted(m["name"] for m in saved) != sorted(m["name"] for m in members):
-        raise bad(path, f"holds members {[m['name'] for m in saved]}, the model has {[m['name'] for m in members]}")
-    adapters = {}
-    for m in saved:
-        p = os.path.join(folder, "adapters", m["name"], "adapter_model.safetensors")
-        try:
-            adapters[m["name"]] = load_file(p)
-        except Exception as e:  # safetensors raises its own error types on a damaged header or body
-            raise bad(p, f"is unreadable: {e!r}") from None
-        want = {k: tuple(v.shape) for k, v in _adapter_params(model, m["name"]).items()}
-        if {k: tuple(v.shape) for k, v in adapters[m["name"]].items()} != want:
-            raise bad(p, "does not match the model's adapter layout (rank or target modules differ)")
-    optim = {}
+            return json.load(f)
+
+    def jsonl_file(path):
+        with open(path) as f:
+            return [json.loads(line) for line in f]
+
+    full = read("state.json", json_file)
+    if not all(k in full for k in ("files", "members", "rng", "archive_sizes")):
+        raise bad("state.json", "lacks files/members/rng/archive_sizes")
+    for rel, size in full["files"].items():
+        if os.path.isfile(os.path.join(folder, rel)) and os.path.getsize(os.path.join(folder, rel)) != size:
+            raise bad(rel, f"has {os.path.getsize(os.path.join(folder, rel))} bytes, expected {size} (truncated?)")
+    saved = {m["name"]: m for m in full["members"]}
+    if sorted(saved) != sorted(m["name"] for m in members):
+        raise bad("state.json", f"holds members {sorted(saved)}, the model has {sorted(m['name'] for m in members)}")
+    adapters, optim = {}, {}
+    for name in saved:
+        rel = f"adapters/{name}/adapter_model.safetensors"
+        adapters[name] = read(rel, load_file)
+        read(f"adapters/{name}/adapter_config.json", json_file)
+        want = {k: tuple(v.shape) for k, v in _adapter_params(model, name).items()}
+        if {k: tuple(v.shape) for k, v in adapters[name].items()} != want:
+            raise bad(rel, "does not match the model's adapter layout (rank or target modules differ)")
     for name, optimizer in optimizers.items():
-        p = os.path.join(folder, "optim", f"{name}.pt")
-        if not os.path.isfile(p):
-            raise bad(p, "is missing")
-        try:
-            optim[name] = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise bad(p, f"is unreadable: {e!r}") from None
+        optim[name] = read(f"optim/{name}.pt", lambda p: torch.load(p, map_location="cpu", weights_only=True))
         sizes = [len(g["params"]) for g in optim[name]["param_groups"]]
         if sizes != [len(g["params"]) for g in optimizer.param_groups]:
-            raise bad(p, f"has parameter groups of sizes {sizes}, the optimizer's differ")
-    path = os.path.join(folder, "archive.jsonl")
+            raise bad(f"optim/{name}.pt", f"has parameter groups of sizes {sizes}, the optimizer's differ")
+    rows = read("archive.jsonl", jsonl_file)
     archive = {task: [] for task in full["archive_sizes"]}
-    with open(path) as f:
-        for line_no, line in enumerate(f, 1):
-            try:
-                row = json.loads(line)
-                archive[row["task"]].append(row["problem"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise bad(path, f"line {line_no} is unreadable: {e!r}") from None
+    for row in rows:
+        if row.get("task") not in archive:
+            raise bad("archive.jsonl", f"has a row of unknown task {row.get('task')!r}")
+        archive[row["task"]].append(row["problem"])
     if {t: len(p) for t, p in archive.items()} != full["archive_sizes"]:
-        raise bad(path, f"holds {({t: len(p) for t, p in archive.items()})} problems, expected {full['archive_sizes']}")
+        raise bad("archive.jsonl", f"holds {({t: len(p) for t, p in archive.items()})}, expected {full['archive_sizes']}")
     # everything read and checked: now apply
     for name, weights in adapters.items():
         set_adapter(model, name, weights)
     for name, optimizer in optimizers.items():
         optimizer.load_state_dict(optim[name])
-    members[:] = saved
+    for m in members:
+        restored = saved[m["name"]]
+        m.clear()
+        m.update(restored)
     _set_rng_state(full["rng"])
-    state = {k: v for k, v in full.items() if k not in ("members", "rng", "archive_sizes", "files")}
-    return state, archive
+    return {k: v for k, v in full.items() if k not in ("members", "rng", "archive_sizes", "files")}, archive
 
 
 def latest_checkpoint(out_dir):

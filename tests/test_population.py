@@ -203,6 +203,10 @@ def test_hf_sampling_is_seeded_and_prompt_overflow_is_per_item(tiny_dir):
     assert out[2]["error"] is None and len(out[2]["completion_ids"]) > 0
     with pytest.raises(KeyError, match="zz"):
         P.generate(engine, [("x", "zz")], 0.0, 1.0, 4, seed=0)
+    if not torch.cuda.is_available():  # auto = vllm only with CUDA
+        assert P.make_engine("auto", path, model, tokenizer, members, dict(CFG))["kind"] == "hf"
+    with pytest.raises(ValueError, match="unknown engine"):
+        P.make_engine("sglang", path, model, tokenizer, members, dict(CFG))
 
 
 # ----------------------------------------------------------------------------- vllm engine
@@ -213,7 +217,9 @@ def vllm_population(tiny_dir):
     require_vllm()
     model, tokenizer, path, members = make_population(tiny_dir)
     engine = P.make_engine("vllm", path, model, tokenizer, members, CFG)
-    return model, tokenizer, path, members, engine
+    yield model, tokenizer, path, members, engine
+    P.close_engine(engine)  # frees the engine for other modules' tests; also deletes its adapter folders
+    assert "llm" not in engine and not os.path.exists(engine["lora_dir"])
 
 
 @pytest.mark.vllm
@@ -352,7 +358,9 @@ def test_checkpoint_round_trip_is_exact(tiny_dir, tmp_path):
     draws = (random.random(), float(np.random.rand()), torch.rand(3))  # RNG right after the save
     fresh, _, _, fresh_members = make_population(tiny_dir, roles=["teacher", "student", "student"], seed=9)
     fresh_opt = {m["name"]: torch.optim.AdamW(P.trainable_params(fresh, m["name"]), lr=1e-3) for m in fresh_members}
+    identity = [id(m) for m in fresh_members]
     loaded_state, loaded_archive = P.load_checkpoint(folder, fresh, fresh_members, fresh_opt)
+    assert [id(m) for m in fresh_members] == identity  # dicts updated in place: other references stay valid
     assert (random.random(), float(np.random.rand())) == draws[:2] and torch.equal(torch.rand(3), draws[2])
     assert loaded_state == {**state, "step": 3} and loaded_archive == archive and fresh_members == members
     for m in members:
