@@ -136,6 +136,9 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
             r = repr_(v)
             if type(r) is not str or len(r) > cap:
                 raise ValueError(f"output repr is not a str of at most {cap} chars")
+            if not job.get("roundtrip", True):
+                values.append(r)
+                continue
             try:
                 back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
             except Exception as e:
@@ -159,39 +162,40 @@ def _guard():
 
 
 def _child(requests, wfd, workdir, uid):
-    """Runs in a child forked *before* its job arrives: read one job line, report its limits to the zygote,
-    lock down, run, write one JSON line to wfd, _exit. Never returns. Until the lock-down this is our code
-    running as root; only `_os` (captured before the zygote applied layer 3) has the real syscalls."""
+    """Runs in a child forked *before* its job arrives: lock down what does not depend on the job (while the
+    zygote is idle anyway), read one job line, report its limits to the zygote, finish the lock-down, run, write
+    one JSON line to wfd, _exit. Never returns. Only `_os` (captured before the zygote applied layer 3) has the
+    real syscalls; user code starts after every limit is in place."""
     out = {"ok": False, "error": "", "stdout": "", "values": None}
     try:
-        line = b""
-        while not line.endswith(b"\n"):           # the parent sends one line per job and waits for the answer
-            data = _os.read(requests, 1 << 20)
-            if not data:
-                _os.write(wfd, b"EOF\n")
-                _os._exit(0)
-            line += data
-        job = json.loads(line)
-        timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
-        _os.write(wfd, f"{timeout} {cap}\n".encode())
         _os.mkdir(workdir, 0o700)
-        if job.get("stdin"):
-            with open(workdir + "/.stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
-                fh.write(job["stdin"])
-        _os.dup2(_os.open(workdir + "/.stdin" if job.get("stdin") else _os.devnull, _os.O_RDONLY), 0)
-        _os.closerange(3, wfd)
-        _os.closerange(wfd + 1, 1 << 16)
         _os.chdir(workdir)
-        limits = [(resource.RLIMIT_AS, int(job.get("memory_mb") or MEMORY_MB) << 20), (resource.RLIMIT_FSIZE, 0),
-                  (resource.RLIMIT_CPU, int(timeout) + 2), (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_NPROC, 0),
-                  (resource.RLIMIT_CORE, 0)]
-        for kind, value in limits:
+        for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(kind, (value, value))
         if uid:
             _os.chown(workdir, uid, uid)
             _os.setgroups([])
             _os.setgid(uid)
             _os.setuid(uid)
+        line = b""
+        while not line.endswith(b"\n"):          # the parent sends one line per job and waits for the answer
+            data = _os.read(requests, 1 << 16)
+            if not data:
+                _os.write(wfd, b"EOF\n")
+                _os._exit(0)
+            line += data
+        job = json.loads(line)
+        timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
+        _os.write(wfd, b"%r %d\n" % (timeout, cap))
+        if job.get("stdin"):
+            with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
+                fh.write(job["stdin"])
+        _os.dup2(_os.open(".stdin" if job.get("stdin") else _os.devnull, _os.O_RDONLY), 0)
+        _os.closerange(3, wfd)
+        _os.closerange(wfd + 1, 1 << 16)
+        for kind, value in ((resource.RLIMIT_AS, int(job.get("memory_mb") or MEMORY_MB) << 20),
+                            (resource.RLIMIT_CPU, int(timeout) + 2), (resource.RLIMIT_FSIZE, 0)):
+            resource.setrlimit(kind, (value, value))
         _out.buffer.cap = cap
         try:
             out["values"] = _evaluate(job)
