@@ -36,6 +36,7 @@ import ctypes
 import gc
 import io
 import json
+import marshal
 import os
 import random
 import resource
@@ -121,34 +122,42 @@ class _Capped(io.BytesIO):
 
 
 def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
-    """The job proper. Order: gold values first (imports only, no user code yet), then the program, then calls.
-    mode "repr": each call's value -> repr string (round-trip checked); "equal": gold == value on plain values."""
+    """The job proper, on code objects the parent compiled. Order: gold values first (imports only, no user code
+    yet), then the program, then calls. mode "repr": each call's value -> repr string (round-trip checked unless
+    job["roundtrip"] is False); "equal": gold == value on plain values; otherwise just run the program."""
     gold_ns = {"__name__": "__main__"}
-    if job.get("imports"):
-        exec_(job["imports"], gold_ns)
-    golds = [eval_(compile_(f"(\n{g}\n)", "<gold>", "eval"), dict(gold_ns)) for g in job.get("golds", ())]
+    exec_(job["imports"], gold_ns)
+    golds = [eval_(g, dict(gold_ns)) for g in job["golds"]]
     ns = {"__name__": "__main__"}
-    exec_(compile_(job.get("code", ""), "<program>", "exec"), ns)
-    values, mode, cap = [], job.get("mode", "exec"), job.get("repr_cap", 2000)
-    for i, call in enumerate(job.get("calls", ())):
-        v = eval_(compile_(call, "<call>", "eval"), ns)
+    exec_(job["code"], ns)
+    values, mode, cap = [], job.get("mode"), job.get("repr_cap", 2000)
+    for i, call in enumerate(job["calls"]):
+        v = eval_(call, ns)
         if mode == "repr":
             r = repr_(v)
             if type(r) is not str or len(r) > cap:
                 raise ValueError(f"output repr is not a str of at most {cap} chars")
-            if not job.get("roundtrip", True):
-                values.append(r)
-                continue
-            try:
-                back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
-            except Exception as e:
-                raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
-            if not (_plain(v) and _plain(back) and bool(back == v)):
-                raise ValueError("output is not a plain value whose repr evaluates back to an equal value")
+            if job.get("roundtrip", True):
+                try:
+                    back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
+                except Exception as e:
+                    raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
+                if not (_plain(v) and _plain(back) and bool(back == v)):
+                    raise ValueError("output is not a plain value whose repr evaluates back to an equal value")
             values.append(r)
         elif mode == "equal":
             values.append(bool(_plain(v) and golds[i] == v))
     return values
+
+
+def _result_line(out):
+    """The child's JSON line, built with the C string escaper alone: json.dumps costs ~80 copy-on-write faults
+    (0.3 ms) in a fresh child. values are str (repr mode) or bool (equal mode)."""
+    esc = json.encoder.encode_basestring_ascii
+    values = "null" if out["values"] is None else "[%s]" % ", ".join(
+        ("true" if v else "false") if v is True or v is False else esc(v) for v in out["values"])
+    return '{"ok": %s, "error": %s, "stdout": %s, "values": %s}\n' % (
+        "true" if out["ok"] else "false", esc(out["error"]), esc(out["stdout"]), values)
 
 
 def _guard():
@@ -177,14 +186,16 @@ def _child(requests, wfd, workdir, uid):
             _os.setgroups([])
             _os.setgid(uid)
             _os.setuid(uid)
-        line = b""
-        while not line.endswith(b"\n"):          # the parent sends one line per job and waits for the answer
-            data = _os.read(requests, 1 << 16)
-            if not data:
+        data, size = b"", 8
+        while len(data) < size:                   # 8-byte length, then the job; the parent sends one at a time
+            chunk = _os.read(requests, min(size - len(data), 1 << 20))
+            if not chunk:
                 _os.write(wfd, b"EOF\n")
                 _os._exit(0)
-            line += data
-        job = json.loads(line)
+            data += chunk
+            if size == 8 and len(data) == 8:
+                data, size = b"", int.from_bytes(data, "little")
+        job = marshal.loads(data)                 # from the parent (trusted); ~3x fewer page faults than json
         timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
         _os.write(wfd, b"%r %d\n" % (timeout, cap))
         if job.get("stdin"):
@@ -210,7 +221,7 @@ def _child(requests, wfd, workdir, uid):
     except BaseException as e:
         out["error"] = out["error"] or "sandbox set-up failed: " + _describe(e)
     try:
-        data = (json.dumps(out) + "\n").encode()
+        data = _result_line(out).encode()
         while data:
             data = data[_os.write(wfd, data):]
     except BaseException:
@@ -464,6 +475,21 @@ def _ensure():
         _pool["workers"] = [_hello(w) for w in started]
 
 
+def _pack(job, cache):
+    """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here (compiling runs
+    nothing; a child then only unmarshals and executes, and a validity pair shares one compile via `cache`)."""
+    def code(text, name, mode):
+        if (text, name, mode) not in cache:
+            cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
+        return cache[text, name, mode]
+    body = {k: v for k, v in job.items() if k != "family"}
+    body.update(code=code(job.get("code", ""), "<program>", "exec"), imports=code(job.get("imports", ""), "<imports>",
+                "exec"), golds=[code(f"(\n{g}\n)", "<gold>", "eval") for g in job.get("golds", ())],
+                calls=[code(c, "<call>", "eval") for c in job.get("calls", ())])
+    data = marshal.dumps(body)
+    return len(data).to_bytes(8, "little") + data
+
+
 def run(jobs):
     """Run jobs (dicts, see _evaluate/_child) in parallel over the pool. A job's "family" (0, 1 or None)
     picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in order."""
@@ -473,23 +499,30 @@ def run(jobs):
         queues = {0: [], 1: [], None: []}
         for i in reversed(range(len(jobs))):
             queues[jobs[i].get("family")].append(i)
-        sel = selectors.DefaultSelector()
+        sel, cache = selectors.DefaultSelector(), {}
         pending = len(jobs)
         while pending:
             for n, w in enumerate(_pool["workers"]):   # hand out work to idle zygotes
-                if w["job"] is None and (queues[w["family"]] or queues[None]):
+                while w["job"] is None and (queues[w["family"]] or queues[None]):
                     if w["proc"].poll() is not None:   # died while idle (killed from outside): replace first
                         _kill(w)
                         _pool["workers"][n] = w = _hello(_start(w["family"]))
                     i = (queues[w["family"]] or queues[None]).pop()
-                    job = {k: v for k, v in jobs[i].items() if k != "family"}
-                    w["job"], w["deadline"] = i, time.monotonic() + float(job.get("timeout", 5.0)) + GRACE_S
                     try:
-                        w["proc"].stdin.write((json.dumps(job) + "\n").encode())
+                        payload = _pack(jobs[i], cache)
+                    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+                        results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0}
+                        pending -= 1
+                        continue
+                    w["job"], w["deadline"] = i, time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+                    try:
+                        w["proc"].stdin.write(payload)
                         w["proc"].stdin.flush()
                     except OSError:
                         pass                      # dead zygote: noticed below as EOF
                     sel.register(w["proc"].stdout, selectors.EVENT_READ, w)
+            if not pending:
+                break
             busy = [w for w in _pool["workers"] if w["job"] is not None]
             ready = [id(key.data) for key, _ in sel.select(max(0.0, min(w["deadline"] for w in busy) - time.monotonic()))]
             now = time.monotonic()
