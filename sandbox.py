@@ -49,6 +49,12 @@ import sys
 import tempfile
 import threading
 import time
+from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
+                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
+                setgid as _setgid, setgroups as _setgroups, setuid as _setuid, unlink as _unlink, waitpid as _waitpid,
+                write as _write)   # bound here, before the zygote's layer 3 sets os.<name> = None for user code
+from marshal import loads as _unmarshal
+from resource import setrlimit as _setrlimit
 
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
@@ -173,40 +179,39 @@ def _guard():
 def _child(requests, wfd, workdir, uid):
     """Runs in a child forked *before* its job arrives: lock down what does not depend on the job (while the
     zygote is idle anyway), read one job line, report its limits to the zygote, finish the lock-down, run, write
-    one JSON line to wfd, _exit. Never returns. Only `_os` (captured before the zygote applied layer 3) has the
-    real syscalls; user code starts after every limit is in place."""
+    one JSON line to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets
+    os.<name> = None for user code); user code starts after every limit is in place."""
     out = {"ok": False, "error": "", "stdout": "", "values": None}
     try:
-        _os.mkdir(workdir, 0o700)
-        _os.chdir(workdir)
-        for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_CORE, 0)):
-            resource.setrlimit(kind, (value, value))
+        for kind, value in _FIXED_LIMITS:
+            _setrlimit(kind, value)
         if uid:
-            _os.chown(workdir, uid, uid)
-            _os.setgroups([])
-            _os.setgid(uid)
-            _os.setuid(uid)
+            _setgroups(())
+            _setgid(uid)
+            _setuid(uid)
+        _mkdir(workdir, 0o700)                    # as the child's own uid, in the zygote's sticky temp folder
+        _chdir(workdir)
         data, size = b"", 8
         while len(data) < size:                   # 8-byte length, then the job; the parent sends one at a time
-            chunk = _os.read(requests, min(size - len(data), 1 << 20))
+            chunk = _read(requests, min(size - len(data), 1 << 20))
             if not chunk:
-                _os.write(wfd, b"EOF\n")
-                _os._exit(0)
+                _write(wfd, b"EOF\n")
+                _exit(0)
             data += chunk
             if size == 8 and len(data) == 8:
                 data, size = b"", int.from_bytes(data, "little")
-        job = marshal.loads(data)                 # from the parent (trusted); ~3x fewer page faults than json
+        job = _unmarshal(data)                    # from the parent (trusted); ~3x fewer page faults than json
         timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
-        _os.write(wfd, b"%r %d\n" % (timeout, cap))
+        _write(wfd, b"%r %d\n" % (timeout, cap))
         if job.get("stdin"):
             with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
                 fh.write(job["stdin"])
-        _os.dup2(_os.open(".stdin" if job.get("stdin") else _os.devnull, _os.O_RDONLY), 0)
-        _os.closerange(3, wfd)
-        _os.closerange(wfd + 1, 1 << 16)
+        _dup2(_open_fd(".stdin" if job.get("stdin") else os.devnull, os.O_RDONLY), 0)
+        _closerange(3, wfd)
+        _closerange(wfd + 1, 1 << 16)
         for kind, value in ((resource.RLIMIT_AS, int(job.get("memory_mb") or MEMORY_MB) << 20),
                             (resource.RLIMIT_CPU, int(timeout) + 2), (resource.RLIMIT_FSIZE, 0)):
-            resource.setrlimit(kind, (value, value))
+            _setrlimit(kind, (value, value))
         _out.buffer.cap = cap
         try:
             out["values"] = _evaluate(job)
@@ -223,17 +228,17 @@ def _child(requests, wfd, workdir, uid):
     try:
         data = _result_line(out).encode()
         while data:
-            data = data[_os.write(wfd, data):]
+            data = data[_write(wfd, data):]
     except BaseException:
         pass
-    _os._exit(0)
+    _exit(0)
 
 
 # ----------------------------------------------------------------------------- zygote side
 
+_FIXED_LIMITS = ((resource.RLIMIT_NOFILE, (64, 64)), (resource.RLIMIT_NPROC, (0, 0)), (resource.RLIMIT_CORE, (0, 0)))
 _libc = None   # set in the zygote (children must not dlopen after fork)
 _out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
-_os = None     # the zygote's private handle on the os functions that layer 3 disables for user code
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
 
 
@@ -296,7 +301,7 @@ def _uid_works(uid):
 
 
 def _zygote_main(number, home):
-    global _libc, _os, _out
+    global _libc, _out
     _libc = ctypes.CDLL(None, use_errno=True)
     repo = os.path.dirname(os.path.abspath(__file__))
     layers = {"uid_drop": False, "network_namespace": False, "mount_namespace": False, "hidden": []}
@@ -314,6 +319,7 @@ def _zygote_main(number, home):
     layers["uid_drop"] = os.geteuid() == 0 and _uid_works(uid)
     uid = uid if layers["uid_drop"] else 0
     base = "/tmp" if layers["mount_namespace"] else tempfile.mkdtemp(prefix="populora-sandbox-")
+    os.chmod(base, 0o1777)                        # children make their own cwd in here, like in /tmp
     for name in PRELOAD:
         __import__(name)
     if sys.path and sys.path[0] == repo:
@@ -328,10 +334,6 @@ def _zygote_main(number, home):
                                  errors="replace")
     sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
     sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
-    names = ("kill waitpid waitstatus_to_exitcode setuid setgid setgroups chdir chown mkdir rmdir unlink open "
-             "close dup2 closerange pipe read write _exit devnull O_RDONLY")
-    _os = type("os_private", (), {n: staticmethod(getattr(os, n)) if callable(getattr(os, n)) else getattr(os, n)
-                                  for n in names.split()})
     _libc.prctl(38, 1, 0, 0, 0)                   # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
     gc.freeze()                                   # keep the collector off the zygote's pages in children
     _guard()                                      # layer 3, once here: every child inherits disabled functions
@@ -340,12 +342,12 @@ def _zygote_main(number, home):
     while True:                                   # the zygote itself does as little Python as possible per job:
         count += 1                                # every page it touches after a fork is a copy-on-write fault
         workdir = f"{base}/job{count}"
-        r, w = _os.pipe()
+        r, w = _pipe()
         pid = _fork()
         if pid == 0:
-            _os.close(r)
+            _close(r)
             _child(requests, w, workdir, uid)
-        _os.close(w)
+        _close(w)
         reply = _serve(pid, r, workdir)
         if reply is None:                         # EOF from the parent (shutdown, or it died), or a broken child
             break
@@ -354,7 +356,7 @@ def _zygote_main(number, home):
 
 def _write_all(fd, data):
     while data:
-        data = data[_os.write(fd, data):]
+        data = data[_write(fd, data):]
 
 
 def _fork():
@@ -369,14 +371,14 @@ def _fork():
 def _rmtree(path):
     """shutil.rmtree without the functions the guard disabled (the common case is an empty dir)."""
     try:
-        _os.rmdir(path)
+        _rmdir(path)
     except OSError:
         for entry in os.scandir(path):
             if entry.is_dir(follow_symlinks=False):
                 _rmtree(entry.path)
             else:
-                _os.unlink(entry.path)
-        _os.rmdir(path)
+                _unlink(entry.path)
+        _rmdir(path)
 
 
 def _serve(pid, r, workdir):
@@ -384,7 +386,7 @@ def _serve(pid, r, workdir):
     kill it, clean its cwd. Returns b"<pid>\t<json>\n" for the parent, or None when the zygote should stop."""
     buf = b""
     while b"\n" not in buf:                       # header "timeout stdout_cap", written before the lock-down
-        data = _os.read(r, 1 << 16)
+        data = _read(r, 1 << 16)
         if not data:
             break
         buf += data
@@ -392,8 +394,8 @@ def _serve(pid, r, workdir):
     try:
         timeout, cap = (float(x) for x in header.split())
     except ValueError:                            # b"EOF" or a child that died before reading its job
-        _os.kill(pid, signal.SIGKILL)
-        _os.waitpid(pid, 0)
+        _kill_pid(pid, signal.SIGKILL)
+        _waitpid(pid, 0)
         return None
     cap = int(cap) * 6 + (1 << 20)                # JSON escaping can grow text 6x (\\uXXXX)
     error, deadline = "", time.monotonic() + timeout
@@ -402,7 +404,7 @@ def _serve(pid, r, workdir):
         if left <= 0 or not select.select([r], [], [], left)[0]:
             error = "timeout"
             break
-        data = _os.read(r, 1 << 16)
+        data = _read(r, 1 << 16)
         if not data:
             break
         buf += data
@@ -410,11 +412,11 @@ def _serve(pid, r, workdir):
             error = "result too large or malformed"
             break
     try:
-        _os.kill(pid, signal.SIGKILL)             # it cannot fork, so this is every process it could have
+        _kill_pid(pid, signal.SIGKILL)             # it cannot fork, so this is every process it could have
     except OSError:
         pass
-    _, status = _os.waitpid(pid, 0)
-    _os.close(r)
+    _, status = _waitpid(pid, 0)
+    _close(r)
     try:
         _rmtree(workdir)
     except OSError:
@@ -422,7 +424,7 @@ def _serve(pid, r, workdir):
     if not error and buf.endswith(b"\n"):
         return b"%d\t" % pid + buf
     if not error:
-        code = _os.waitstatus_to_exitcode(status)
+        code = os.waitstatus_to_exitcode(status)
         error = (f"crashed ({signal.Signals(-code).name})" if code < 0 and -code != signal.SIGKILL
                  else f"exited (code {code}) without a result")
     return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
@@ -455,7 +457,7 @@ def _hello(worker):
     return worker
 
 
-def _kill(worker):
+def _stop(worker):
     try:
         os.killpg(worker["proc"].pid, signal.SIGKILL)   # children die with it (PR_SET_PDEATHSIG)
     except OSError:
@@ -505,7 +507,7 @@ def run(jobs):
             for n, w in enumerate(_pool["workers"]):   # hand out work to idle zygotes
                 while w["job"] is None and (queues[w["family"]] or queues[None]):
                     if w["proc"].poll() is not None:   # died while idle (killed from outside): replace first
-                        _kill(w)
+                        _stop(w)
                         _pool["workers"][n] = w = _hello(_start(w["family"]))
                     i = (queues[w["family"]] or queues[None]).pop()
                     try:
@@ -542,7 +544,7 @@ def run(jobs):
                 else:                             # zygote died (EOF) or hung past its deadline: replace it
                     results[i] = {"ok": False, "error": "worker died" if id(w) in ready else "timeout",
                                   "stdout": "", "values": None}
-                    _kill(w)
+                    _stop(w)
                     _pool["workers"][_pool["workers"].index(w)] = _hello(_start(w["family"]))
                 pending -= 1
         sel.close()
@@ -576,7 +578,7 @@ def shutdown():
     with _pool["lock"]:
         if _pool["pid"] == os.getpid():
             for w in _pool["workers"]:
-                _kill(w)
+                _stop(w)
         _pool.update(pid=None, workers=[])
 
 
