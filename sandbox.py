@@ -1,37 +1,39 @@
 """Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
 
-Why a separate file: this is the process-isolation machinery (worker start-up, fork, rlimits, namespaces, the
-job protocol), a concern of its own that verify.py's task logic (prompts, parsing, validity, grading) only calls
-through `run(jobs)`. It is also the program each worker runs (`python sandbox.py --worker ...`).
+Split out of verify.py because process isolation (worker start-up, namespaces, rlimits, the fork-per-run
+protocol) is a concern of its own, and this file is also the worker program (`python sandbox.py --worker`).
+API: run(jobs) -> results, layers(), shutdown(). A job is {"code", "imports", "golds", "calls", "mode",
+"stdin", "timeout", "memory_mb", "stdout_cap", "family", ...} (see _evaluate); a result {"ok", "error",
+"stdout", "values", "pid"}.
 
-Design. The calling process never forks and never evaluates model text. It starts a pool of "zygotes": warm
-Python interpreters launched separately (each with its own random PYTHONHASHSEED, so string hashing and set
-order differ between them), split into two families. A zygote reads one JSON job per line, forks a short-lived
-child for it (fork of a warm interpreter ~1 ms, versus ~60 ms to start Python), waits for the child's result
-under a wall-clock deadline, kills the child's process group and sends one JSON line back. The two runs of one
-validity check go to different families, hence to interpreters with different hash seeds.
+Design. The calling process never forks and never runs model text; it compiles each job (compiling runs
+nothing) and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygotes": warm interpreters
+launched separately, each with its own random PYTHONHASHSEED, split into two families (the two runs of a
+validity check go to different families, so set order really can differ). A zygote forks a child *before* the
+next job arrives; the child locks itself down, reads the job, runs it and writes one JSON line of plain
+strings/bools (values are `repr` strings) that the zygote forwards: nothing from a child is ever unpickled or
+evaluated. Cost per run here: ~1.5 ms CPU (fork ~0.25 ms + copy-on-write faults), against ~60 ms to start Python.
 
-Layers (Linux; what is active is measured at start-up and returned by `layers()`):
-  2. per child: own process group; RLIMIT_AS (default 1 GiB), RLIMIT_CPU (timeout + 1 s), RLIMIT_FSIZE = 0,
-     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads) made effective by dropping root to a uid of its
-     own (60000 + worker number) with no_new_privs; fresh empty temp cwd; scrubbed environment; stdin is
-     /dev/null or a read-only file with the job's stdin; fd 1/2 go to /dev/null and sys.stdout/err are capped
-     in-memory buffers (1 MiB / 64 KiB by default).
-  3. in the child before user code: destructive functions of os, shutil, subprocess, socket set to None.
-  4. wall-clock timeout per job enforced by the zygote (child group SIGKILLed, next job gets a fresh child);
-     a zygote that stops answering (timeout + 5 s) or dies is killed with its process group and replaced.
-  5. as root: each zygote unshares a new network namespace (no interfaces up: no network) and a private mount
-     namespace with an empty tmpfs over /tmp, /var/tmp, /dev/shm, /run/lock (all the world-writable places
-     here) and a mode-000 tmpfs over /root, /home, $HOME and the folder holding this repo (unless the
-     interpreter lives there). Not root: a user+network namespace is tried; without root there is no uid
-     drop, so RLIMIT_NPROC counts the caller's own processes and fork is blocked only because it is 0.
-Not covered: no seccomp filter, no PID namespace (other processes are visible in /proc, but a different uid
-cannot signal or trace them), world-readable system files (/etc, /usr) stay readable, CPU/memory of the host
-are shared (only per-child limits), and a child can spend its time budget however it likes.
-Results cross process boundaries as JSON text of plain strings/bools (values are `repr` strings): the parent
-never unpickles or evaluates anything from a child.
+Layers (Linux; `layers()` reports what the running zygotes measured):
+  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
+     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads) made binding by dropping root to a uid of its own
+     (60000 + zygote number), no_new_privs; a fresh empty cwd; the zygote's scrubbed environment (PATH, LANG,
+     PYTHONHASHSEED, *_NUM_THREADS=1); stdin = /dev/null or a file holding the job's stdin; fds 1/2 on /dev/null
+     and sys.stdout/err capped in-memory buffers (1 MiB / 64 KiB).
+  3. before any user code: destructive functions of os, shutil, subprocess, socket (and exit/quit/help) are None.
+  4. wall-clock timeout per job: the zygote SIGKILLs the child (it cannot have made processes) and forks a fresh
+     one; a zygote that dies or stops answering (timeout + 5 s) is killed with its process group and replaced.
+  5. as root, each zygote unshares a network namespace (no interface up, not even loopback) and a private mount
+     namespace in which every filesystem is read-only, /tmp, /var/tmp, /dev/shm, /run/lock are fresh small
+     tmpfs, and /root, /home, $HOME and the repo's parent folder are covered (the interpreter's own folders,
+     e.g. pyenv under /root, are bound back read-only). Without root: a user + network namespace is tried, no
+     uid drop (NPROC = 0 still blocks fork), no mount namespace.
+Not covered: no seccomp, no PID namespace (/proc lists other processes, though another uid cannot signal or trace
+them), world-readable system files stay readable, host CPU/memory are shared (per-child limits only); without
+the mount namespace, children can create empty files in world-writable folders and truncate world-writable files.
 """
 import atexit
+import cmath
 import ctypes
 import gc
 import io
@@ -75,17 +77,17 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
 
 # ----------------------------------------------------------------------------- child side (runs user code)
 
-_SIMPLE = {type(None), type(...), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
 _type_ok = {}
 
 
 def _real_type(t):
-    """True if `t` is a builtin/stdlib type reachable at its module path (not a class the user made or renamed)."""
-    if t in _SIMPLE:
+    """True if `t` is a builtin or collections/fractions/decimal type reachable at its module path: not a class
+    the user made or renamed, nor a library's always-equal object (unittest.mock.ANY)."""
+    if t in _LITERAL:
         return True
     if t not in _type_ok:
         try:
-            obj = sys.modules.get(t.__module__) if t.__module__ != "__main__" else None
+            obj = sys.modules.get(t.__module__) if t.__module__ in _VALUE_MODULES else None
             for part in t.__qualname__.split("."):
                 obj = getattr(obj, part, None)
             _type_ok[t] = obj is t
@@ -94,18 +96,30 @@ def _real_type(t):
     return _type_ok[t]
 
 
+_VALUE_MODULES = {"builtins", "collections", "fractions", "decimal", "array"}
+_LITERAL = {type(None), type(...), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
+
+
 def _plain(value, limit=1_000_000):
-    """A value built only from real builtin/stdlib types, so `==` on it cannot be user-defined (no always-equal
-    objects sneaking through grading). Containers are walked iteratively; cycles and >limit nodes fail."""
-    stack, seen, count = [value], set(), 0
+    """0 unless `value` is built only from real builtin/stdlib types, so `==` on it cannot be user-defined (no
+    always-equal objects sneaking through grading); 2 when it is moreover a tree of literal types with finite
+    numbers, whose repr evaluates back to an equal value by construction; else 1. Iterative; shared or cyclic
+    containers are walked once (and make it 1); more than `limit` nodes make it 0."""
+    stack, seen, count, kind = [value], set(), 0, 2
     while stack:
         v, count = stack.pop(), count + 1
-        if not _real_type(type(v)) or count > limit:
-            return False
-        if (isinstance(v, (list, tuple, set, frozenset, dict)) or type(v).__name__ == "deque") and id(v) not in seen:
-            seen.add(id(v))               # shared or cyclic containers are walked once
+        t = type(v)
+        if not _real_type(t) or count > limit:
+            return 0
+        if t not in _LITERAL or (t is float or t is complex) and not cmath.isfinite(v):
+            kind = 1
+        if isinstance(v, (list, tuple, set, frozenset, dict)) or t.__name__ == "deque":
+            if id(v) in seen:
+                kind = 1
+                continue
+            seen.add(id(v))
             stack.extend(v.items() if isinstance(v, dict) else v)
-    return True
+    return kind
 
 
 def _describe(e):
@@ -143,13 +157,16 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
             r = repr_(v)
             if type(r) is not str or len(r) > cap:
                 raise ValueError(f"output repr is not a str of at most {cap} chars")
-            if job.get("roundtrip", True):
+            kind = _plain(v)
+            if not kind:
+                raise ValueError("output is not a plain value (builtin and standard-library types only)")
+            if kind == 1 and job.get("roundtrip", True):   # Counter(...), nan, ...: really evaluate the repr
                 try:
                     back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
                 except Exception as e:
                     raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
-                if not (_plain(v) and _plain(back) and bool(back == v)):
-                    raise ValueError("output is not a plain value whose repr evaluates back to an equal value")
+                if not (_plain(back) and bool(back == v)):
+                    raise ValueError("output repr does not evaluate back to an equal value")
             values.append(r)
         elif mode == "equal":
             values.append(bool(_plain(v) and golds[i] == v))
@@ -168,12 +185,10 @@ def _result_line(out):
 
 def _guard():
     """Layer 3 (after HumanEval's reliability_guard): defence in depth against code that got past layer 1."""
-    import builtins
     for module, names in GUARD.items():
-        mod = builtins if module == "builtins" else sys.modules.get(module) or __import__(module)
-        for name in names.split():
-            if hasattr(mod, name):
-                setattr(mod, name, None)
+        mod = sys.modules.get(module) or __import__(module)
+        for name in set(names.split()) & set(dir(mod)):
+            setattr(mod, name, None)
 
 
 def _child(requests, wfd, workdir, uid):
@@ -287,16 +302,13 @@ def _mount_setup(repo, home):
 
 
 def _uid_works(uid):
-    """Can a child with this uid still read the interpreter's stdlib (e.g. Python installed under /root)?"""
+    """Can a child with this uid still read the stdlib (Python may be installed under /root, e.g. pyenv)?"""
     pid = os.fork()
     if pid == 0:
         try:
-            os.setgid(uid)
-            os.setuid(uid)
-            os.close(os.open(os.path.join(os.path.dirname(os.__file__), "random.py"), os.O_RDONLY))
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
+            os.setgid(uid), os.setuid(uid), os.close(os.open(os.path.dirname(os.__file__) + "/random.py", 0))
+        finally:
+            os._exit(0 if sys.exc_info()[0] is None else 1)
     return os.waitpid(pid, 0)[1] == 0
 
 
@@ -328,8 +340,10 @@ def _zygote_main(number, home):
     # Protocol on private fds; fd 0/1/2 and sys.std* become what every child inherits: stdin from fd 0 (the
     # child points fd 0 at its job's stdin), capped in-memory stdout/stderr, fds 1/2 on /dev/null.
     requests, replies = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
-        os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+        os.dup2(null, fd)
+    os.close(null)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
                                  errors="replace")
     sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
@@ -411,10 +425,7 @@ def _serve(pid, r, workdir):
         if len(buf) > cap or b"\n" in buf[:-1]:
             error = "result too large or malformed"
             break
-    try:
-        _kill_pid(pid, signal.SIGKILL)             # it cannot fork, so this is every process it could have
-    except OSError:
-        pass
+    _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
     _, status = _waitpid(pid, 0)
     _close(r)
     try:
@@ -450,16 +461,16 @@ def _start(family):
 
 
 def _hello(worker):
-    line = worker["proc"].stdout.readline()
+    line = worker["proc"].stdout.readline()       # the zygote's layer report, once it is ready
     if not line:
-        raise RuntimeError("sandbox worker failed to start")
+        raise RuntimeError("sandbox worker failed to start; `python sandbox.py --worker 1 ~` shows why")
     worker["hello"] = json.loads(line)
     return worker
 
 
 def _stop(worker):
     try:
-        os.killpg(worker["proc"].pid, signal.SIGKILL)   # children die with it (PR_SET_PDEATHSIG)
+        os.killpg(worker["proc"].pid, signal.SIGKILL)   # the zygote and its children (they stay in its group)
     except OSError:
         pass
     worker["proc"].wait()
@@ -554,13 +565,11 @@ def run(jobs):
 def _decode(line):
     pid, _, body = line.partition(b"\t")
     try:
-        result = json.loads(body)
-        result = {"ok": result["ok"] is True, "error": str(result["error"]), "stdout": str(result["stdout"]),
-                  "values": result["values"]}
+        r = json.loads(body)
+        return {"ok": r["ok"] is True, "error": str(r["error"]), "stdout": str(r["stdout"]), "values": r["values"],
+                "pid": int(pid)}
     except (ValueError, KeyError, TypeError):    # only code that reached the result pipe could write this
-        result = {"ok": False, "error": "malformed result", "stdout": "", "values": None}
-    result["pid"] = int(pid)
-    return result
+        return {"ok": False, "error": "malformed result", "stdout": "", "values": None, "pid": int(pid)}
 
 
 def layers():

@@ -8,7 +8,8 @@ recorded outputs as code_o answers plus the inputs as code_i answers (one run ea
 the same programs run the naive way, a fresh `python -c` process per run, on the first --naive seeds, measured
 in the same run. ratio_vs_naive = validations_per_s / naive_runs_per_s. tally: how each seed's recorded output is
 explained (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic / recorded '' /
-unexplained, which should be 0). Falls back to tests/fixtures/verify_problems.jsonl without ../shared.
+unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their children,
+so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without ../shared.
 """
 import argparse
 import ast
@@ -54,6 +55,18 @@ def seed_tally(rows, results):
     return tally, odd
 
 
+def pool_cpu_s():
+    """CPU seconds so far of this process, the zygotes and their reaped children (all work done for us)."""
+    total, tick = sum(os.times()[:2]), os.sysconf("SC_CLK_TCK")
+    for w in sandbox._pool["workers"]:
+        try:
+            fields = open(f"/proc/{w['proc'].pid}/stat").read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+        except OSError:
+            pass
+    return total
+
+
 def main():
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--repeats", type=int, default=5)
@@ -64,11 +77,12 @@ def main():
     proposals = [{"program": r.get("snippet", r.get("program")), "input": r["input"]} for r in rows]
     layers = sandbox.layers()                                # starts the pool (not timed)
 
-    rates, results = [], None
+    rates, cpu, results = [], [], None
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), pool_cpu_s()
         results = verify.validate("code_o", proposals)
         rates.append(len(proposals) / (time.perf_counter() - start))
+        cpu.append((pool_cpu_s() - cpu0) / len(proposals) * 1e3)
     tally, odd = seed_tally(rows, results)
 
     ok = [(p, r) for p, r in zip(proposals, results) if r["valid"]]
@@ -92,6 +106,8 @@ def main():
     print(json.dumps({
         "validations_per_s": round(validations, 1), "grades_per_s": round(statistics.median(grade_rates), 1),
         "naive_runs_per_s": round(naive_rate, 1), "ratio_vs_naive": round(validations / naive_rate, 1),
+        "cpu_ms_per_validation": round(statistics.median(cpu), 2),
+        "idle_estimate_validations_per_s": round(os.cpu_count() * 1e3 / statistics.median(cpu)),
         "seeds": len(rows), "tally": tally, "unexplained": odd[:3], "gold_answers_correct": f"{correct}/{2 * len(ok)}",
         "validation_rates": [round(r, 1) for r in rates], "workers": len(layers["workers"]),
         "layers": {k: v for k, v in layers.items() if isinstance(v, bool)}, "loadavg_1m": os.getloadavg()[0]}))

@@ -208,6 +208,7 @@ GRADE_CASES += [
     ("code_f", dict(F_ATTEMPT, answer="class I(int):\n    def __eq__(s, o):\n        return True\n"
                                       "def f(x):\n    return I(0)"), False),
     ("code_f", dict(F_ATTEMPT, answer="import os\ndef f(x):\n    return 2 * x"), False),
+    ("code_f", dict(F_ATTEMPT, answer="from unittest.mock import ANY\ndef f(x):\n    return ANY"), False),
 ]
 
 
