@@ -1,39 +1,38 @@
-"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program complexity, and a
-command-line interface; all model-written code runs in sandbox.py's worker pool (SPEC §3).
+"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program complexity and a
+command-line interface. Every piece of model text that runs, runs in sandbox.py's worker pool (SPEC §3).
 
   python verify.py validate --task code_o < proposals.jsonl   # {"program", "input"} -> {"valid", "reason", "output"}
-  python verify.py grade --task code_f < attempts.jsonl       # -> {"correct", "reason"}
-  python verify.py layers                                     # which sandbox layers are active here
+  python verify.py grade --task code_f < attempts.jsonl       # -> {"correct", "reason"}, one line out per line in
+  python verify.py layers                                     # the sandbox layers active on this machine
 
-Task types (AZR ids): code_o = deduction (predict the output), code_i = abduction (find an input), code_f =
-induction (write f from 5 shown pairs and a message; graded on the 5 hidden pairs). Prompts follow AZR's
-structure (R1 wrapper ending in "Assistant: <think>", fences, <think>/<answer>, K references, `input_k`/
-`output_k` fences for code_f) in our own words. Parsing: teacher code = first python (or untagged) fence,
-input = first `input` fence, code_f keeps the last 10 `input` fences and a `message` fence; student answers
-= last fence of their kind; a response must match `...</think> <answer>...</answer>` (the prompt already
-holds the opening <think>).
+Tasks (AZR ids): code_o deduction (predict the output), code_i abduction (find an input), code_f induction
+(write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts keep AZR's structure (R1
+wrapper ending in "Assistant: <think>", fences, K references, input_k/output_k fences) in our own words, without
+AZR's swapped difficulty bullet (azr.md §9.12). A response must match `...</think> <answer>...</answer>`;
+teacher code = first python/untagged fence, input = first `input` fence, code_f keeps the last 10 `input` fences
+and a `message` fence (or <message> tag); student answers = the last fence of their kind (code_i/code_o fall back
+to the whole answer, as AZR).
 
-Validity of a proposal (in order; differences from AZR fix its pitfalls, reference/azr.md §9):
-parses; exactly one entry function: `f`, or the only top-level def (renamed to f); helpers, nested defs and
-classes allowed; static screen (layer 1 of the sandbox, below); an input of 8+ chars must not appear in the
-program; two runs in two zygotes started separately (different hash seeds) succeed within the time limit and
-give the same repr; the value is plain (builtin/stdlib types only), its repr is at most 2,000 chars and
-evaluates back to an equal value with the program's imports in scope; code_f: >= 10 input fences (last 10
-kept), a non-empty message not containing the program, every input valid, >= 2 distinct outputs.
-Grading (all inside the sandbox): code_o `eval(answer) == eval(gold)` with the program's imports in scope but
-not f; code_i `gold == f(answer)`; code_f all hidden pairs `gold == f(input)` with the student's program (gold
-program's imports prepended). The gold is on the left and the value must be plain, so an object whose __eq__
-always says True earns nothing. Multi-line inputs work: calls are compiled as `f(\n<input>\n)` expressions.
+Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed to f on the
+token stream); helpers, nested defs and classes allowed; passes the static screen; an input of 8+ chars is not
+pasted into the program; two runs in two separately started interpreters (different hash seeds) succeed within
+the time limit and agree on the repr; the value is plain (builtins, collections, fractions, decimal, array), its
+repr has at most 2,000 chars and evaluates back to an equal value with the program's imports in scope (plus
+Counter/OrderedDict/deque, Fraction, Decimal when their module is imported); code_f also: >= 10 input fences,
+a message that is non-empty and does not contain the program, >= 2 distinct outputs. Multi-line inputs work
+(calls are compiled as `f(\n<input>\n)` expressions, never pasted on one line).
+Grading (in the sandbox): code_o `eval(gold) == eval(answer)` with the imports but not f in scope; code_i
+`gold == f(answer)`; code_f `gold == f(input)` on every hidden pair with the student's program (gold imports
+prepended). The gold is on the left and the value must be plain, so always-equal objects earn nothing.
 
-Static screen: banned imports (AZR's list plus SPEC's, matched on dotted components), banned names (eval,
-exec, open, ... unless the program binds the name itself), escape-hatch attributes (__globals__, __bases__,
-..., plus __dict__, __class__, __setattr__, __delattr__ [ours]) also inside string constants, getattr/setattr/
-delattr/hasattr only with a constant non-dunder name, no assignment/deletion rooted at an imported name or
-through a call (no monkey-patching of library classes that grading compares with). It is a screen, not a
-proof: sandbox.py's process layers (see its docstring; `python verify.py layers`) are the wall. On Linux as
-root here all five layers are active: rlimits + uid drop (no fork/threads, no writes, 1 GiB), guard, timeout
-kill, network and mount namespaces. `execute` (benchmark code) skips the static screen, since benchmark
-solutions import os/sys freely; it still gets layers 2-5.
+Static screen (layer 1): banned imports (AZR's list + SPEC's, dotted components), banned names (eval, exec, open,
+vars, ... unless the program binds the name), escape hatches (__globals__, __bases__, ... plus __dict__,
+__class__, __setattr__, __delattr__ [ours]) as attributes, names or inside strings, getattr & co. only with a
+constant non-dunder name, no assignment or deletion through an imported name or a call (no monkey-patching of
+library classes that grading compares with). A screen, not a proof; `execute` (benchmark code, which imports
+os/sys freely) skips it. Layers 2-5 (sandbox.py docstring): on Linux as root, as here, all are active (rlimits
+with a uid drop, so no fork/threads and 1 GiB; guard; timeout kill; no network; read-only filesystem with private
+tmpfs and hidden homes/repo). Not covered: seccomp, a PID namespace, reading world-readable system files.
 """
 import argparse
 import ast
@@ -164,11 +163,17 @@ def _fence(tag, text):
     return f"```{tag}\n{text}\n```"
 
 
+def _task(task):
+    if task not in TASKS:   # a caller's bug, not model text: fail loudly
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    return task
+
+
 def teacher_prompt(task, references, program=None):
     """Full teacher prompt. code_i/code_o: `references` = archive problems {"program","input","output"} (K of
     them, may be empty); code_f: `program` = the archive program to write inputs for."""
     rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
-    if task == "code_f":
+    if _task(task) == "code_f":
         return WRAPPER.format(PROPOSE_F.format(n=N_INPUTS, program=program))
     shown, hidden = ("output", "input") if task == "code_i" else ("input", "output")
     refs = "\n".join(f"<snippet_{j}>\n{_fence('python', r['program'])}\n{_fence('input', r['input'])}\n"
@@ -179,7 +184,7 @@ def teacher_prompt(task, references, program=None):
 def student_prompt(task, problem):
     """code_i/code_o: problem {"program","input","output"}; code_f: {"program","inputs","outputs","message"}, of
     which the first half of the pairs is shown (the rest is hidden for grading)."""
-    if task != "code_f":
+    if _task(task) != "code_f":
         return WRAPPER.format(SOLVE[task].format(**problem))
     shown = len(problem["inputs"]) // 2
     pairs = "\n".join(f"{_fence(f'input_{k}', problem['inputs'][k])}\n{_fence(f'output_{k}', problem['outputs'][k])}"
@@ -212,7 +217,7 @@ def parse_teacher(task, response):
     answer = _answer(response)
     if answer is None:
         return None
-    if task == "code_f":
+    if _task(task) == "code_f":
         inputs = [x.strip() for x in _fences(answer, {"input"})]
         messages = _fences(answer, {"message"}) or re.findall(r"(?s)<message>(.*?)</message>", answer)
         if len(inputs) < N_INPUTS or not messages or not messages[0].strip():
@@ -229,7 +234,7 @@ def parse_student(task, response):
     answer = _answer(response)
     if answer is None:
         return None
-    if task == "code_f":
+    if _task(task) == "code_f":
         programs = _fences(answer, {"python", "py", ""})
         return programs[-1] if programs and programs[-1].strip() else None
     fenced = _fences(answer, {"output" if task == "code_o" else "input"})
@@ -412,7 +417,7 @@ def _validity_jobs(task, p, timeout):
 def validate(task, proposals, timeout=5.0):
     """Proposals -> [{"valid", "reason", "output" (code_f: "outputs"), "program"}]; each valid proposal ran twice,
     in two separately started interpreters, in parallel with the others. Never raises for bad model text."""
-    key = "outputs" if task == "code_f" else "output"
+    key = "outputs" if _task(task) == "code_f" else "output"
     results, jobs, owners = [], [], []
     for i, p in enumerate(proposals):
         results.append({"valid": False, "reason": "", key: None, "program": p.get("program") if isinstance(p, dict) else None})
@@ -459,7 +464,7 @@ def grade(task, attempts, timeout=5.0):
     """Attempts -> [{"correct", "reason"}], graded in the sandbox in parallel. code_o/code_i attempt
     {"program","input","output","answer"}; code_f {"program" (optional), "inputs","outputs","message","answer"},
     hidden pairs = last half. `answer` None (a format error) scores False."""
-    results, jobs, owners = [], [], []
+    results, jobs, owners, _ = [], [], [], _task(task)
     for i, a in enumerate(attempts):
         results.append({"correct": False, "reason": ""})
         try:
