@@ -1,18 +1,15 @@
 """Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
 
-Split out of verify.py because process isolation (worker start-up, namespaces, rlimits, the fork-per-run
-protocol) is a concern of its own, and this file is also the worker program (`python sandbox.py --worker`).
-API: run(jobs) -> results, layers(), shutdown(). A job is {"code", "imports", "golds", "calls", "mode",
-"stdin", "timeout", "memory_mb", "stdout_cap", "family", ...} (see _evaluate); a result {"ok", "error",
-"stdout", "values", "pid"}.
+Split out of verify.py: process isolation is a concern of its own, and this file is also the worker program.
+API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid"}] (job keys: see _evaluate, _child), layers(), shutdown().
 
-Design. The calling process never forks and never runs model text; it compiles each job (compiling runs
-nothing) and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygotes": warm interpreters
-launched separately, each with its own random PYTHONHASHSEED, split into two families (the two runs of a
-validity check go to different families, so set order really can differ). A zygote forks a child *before* the
-next job arrives; the child locks itself down, reads the job, runs it and writes one JSON line of plain
-strings/bools (values are `repr` strings) that the zygote forwards: nothing from a child is ever unpickled or
-evaluated. Cost per run here: ~1.5 ms CPU (fork ~0.25 ms + copy-on-write faults), against ~60 ms to start Python.
+Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing)
+and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygotes", warm interpreters launched
+separately, each with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different
+families, so set order can differ). A zygote forks a child *before* the next job arrives; the child locks itself
+down, reads the job, runs it and writes one JSON line of plain strings/bools (values are `repr` strings) that the
+zygote forwards; nothing from a child is unpickled or evaluated. ~1.5 ms CPU per run here (fork + copy-on-write
+faults), against ~60 ms to start Python.
 
 Layers (Linux; `layers()` reports what the running zygotes measured):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
@@ -43,7 +40,6 @@ import os
 import random
 import resource
 import select
-import selectors
 import shutil
 import signal
 import subprocess
@@ -66,14 +62,13 @@ UID_BASE = 60000            # children run as UID_BASE + zygote number (root onl
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
            "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
            "numbers", "textwrap", "unicodedata", "queue", "socket", "subprocess", "shutil")
-GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
-               "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir "
-               "chdir execv execve execl execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe "
-               "spawnl spawnle spawnlp spawnlpe popen posix_spawn posix_spawnp link symlink mkfifo mknod",
-         "shutil": "rmtree move chown copyfile copy copy2 copytree",
+GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate chmod fchmod lchmod "
+               "chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir chdir execv execve execl "
+               "execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe "
+               "popen posix_spawn posix_spawnp link symlink mkfifo mknod",
+         "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
          "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
-         "socket": "socket create_connection create_server socketpair fromfd",
-         "builtins": "exit quit help"}
+         "socket": "socket create_connection create_server socketpair fromfd"}
 
 # ----------------------------------------------------------------------------- child side (runs user code)
 
@@ -486,6 +481,10 @@ def _ensure():
         _pool.update(pid=os.getpid(), workers=[])
         started = [_start(family) for family in (0, 1) for _ in range(WORKERS_PER_FAMILY)]
         _pool["workers"] = [_hello(w) for w in started]
+    for n, w in enumerate(_pool["workers"]):   # died while idle (killed from outside): replace before use
+        if w["proc"].poll() is not None:
+            _stop(w)
+            _pool["workers"][n] = _hello(_start(w["family"]))
 
 
 def _pack(job, cache):
@@ -512,54 +511,54 @@ def run(jobs):
         queues = {0: [], 1: [], None: []}
         for i in reversed(range(len(jobs))):
             queues[jobs[i].get("family")].append(i)
-        sel, cache = selectors.DefaultSelector(), {}
-        pending = len(jobs)
-        while pending:
-            for n, w in enumerate(_pool["workers"]):   # hand out work to idle zygotes
-                while w["job"] is None and (queues[w["family"]] or queues[None]):
-                    if w["proc"].poll() is not None:   # died while idle (killed from outside): replace first
-                        _stop(w)
-                        _pool["workers"][n] = w = _hello(_start(w["family"]))
-                    i = (queues[w["family"]] or queues[None]).pop()
-                    try:
-                        payload = _pack(jobs[i], cache)
-                    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-                        results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0}
-                        pending -= 1
-                        continue
-                    w["job"], w["deadline"] = i, time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
-                    try:
-                        w["proc"].stdin.write(payload)
-                        w["proc"].stdin.flush()
-                    except OSError:
-                        pass                      # dead zygote: noticed below as EOF
-                    sel.register(w["proc"].stdout, selectors.EVENT_READ, w)
-            if not pending:
-                break
-            busy = [w for w in _pool["workers"] if w["job"] is not None]
-            ready = [id(key.data) for key, _ in sel.select(max(0.0, min(w["deadline"] for w in busy) - time.monotonic()))]
-            now = time.monotonic()
-            for w in busy:
-                if id(w) in ready:
-                    data = os.read(w["proc"].stdout.fileno(), 1 << 20)
-                    w["buf"] += data
-                    if data and b"\n" not in w["buf"]:
-                        continue                  # partial line: keep reading
-                elif now < w["deadline"]:
-                    continue
-                i = w["job"]
-                sel.unregister(w["proc"].stdout)
-                if id(w) in ready and data:           # a complete answer
-                    line, w["buf"] = w["buf"].split(b"\n", 1)
-                    results[i], w["job"] = _decode(line), None
-                else:                             # zygote died (EOF) or hung past its deadline: replace it
-                    results[i] = {"ok": False, "error": "worker died" if id(w) in ready else "timeout",
-                                  "stdout": "", "values": None}
+        try:
+            _dispatch(jobs, results, queues)
+        finally:                                  # interrupted (KeyboardInterrupt, ...): no stale job may answer later
+            for n, w in enumerate(_pool["workers"]):
+                if w["job"] is not None:
                     _stop(w)
-                    _pool["workers"][_pool["workers"].index(w)] = _hello(_start(w["family"]))
-                pending -= 1
-        sel.close()
+                    _pool["workers"][n] = _hello(_start(w["family"]))
     return results
+
+
+def _dispatch(jobs, results, queues):
+    """The select loop of run(): feed idle zygotes, collect answers, replace zygotes that die or hang."""
+    cache, pending = {}, len(jobs)
+    while pending:
+        for w in _pool["workers"]:                 # hand out work to idle zygotes
+            while w["job"] is None and (queues[w["family"]] or queues[None]):
+                i = (queues[w["family"]] or queues[None]).pop()
+                try:
+                    payload = _pack(jobs[i], cache)
+                except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0}
+                    pending -= 1
+                    continue
+                w["job"], w["deadline"] = i, time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+                try:
+                    w["proc"].stdin.write(payload)
+                    w["proc"].stdin.flush()
+                except OSError:
+                    pass                          # dead zygote: noticed below as EOF
+        busy = [w["proc"].stdout for w in _pool["workers"] if w["job"] is not None]
+        wait = min([w["deadline"] for w in _pool["workers"] if w["job"] is not None], default=0) - time.monotonic()
+        ready, now = set(select.select(busy, [], [], max(0.0, wait))[0] if busy else ()), time.monotonic()
+        for n, w in enumerate(_pool["workers"]):
+            data = os.read(w["proc"].stdout.fileno(), 1 << 20) if w["proc"].stdout in ready else None
+            if data:
+                w["buf"] += data
+                if b"\n" not in w["buf"]:
+                    continue                      # partial line: keep reading
+                line, w["buf"] = w["buf"].split(b"\n", 1)
+                results[w["job"]], w["job"] = _decode(line), None
+            elif w["job"] is not None and (data == b"" or now >= w["deadline"]):   # died (EOF) or hung: replace
+                results[w["job"]] = {"ok": False, "error": "worker died" if data == b"" else "timeout", "stdout": "",
+                                     "values": None}
+                _stop(w)
+                _pool["workers"][n] = _hello(_start(w["family"]))
+            else:
+                continue
+            pending -= 1
 
 
 def _decode(line):

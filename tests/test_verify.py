@@ -445,6 +445,18 @@ def test_dead_zygote_is_replaced():
     assert victim not in [pid for pid, _ in sandbox.layers()["workers"]]
 
 
+def test_zygote_dying_mid_job_is_replaced():
+    import threading
+    sandbox.layers()
+    zygotes = [w["proc"].pid for w in sandbox._pool["workers"]]
+    threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in zygotes]).start()
+    start = time.monotonic()
+    res = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30}] * 2)
+    assert [r["error"] for r in res] == ["worker died"] * 2 and time.monotonic() - start < 10
+    assert sandbox.run([{"code": "print(7)"}])[0]["stdout"] == "7\n"
+    assert not set(zygotes) & {pid for pid, _ in sandbox.layers()["workers"]}
+
+
 def test_families_have_different_hash_seeds_and_layers():
     lay = sandbox.layers()
     seeds = [seed for _, seed in lay["workers"]]
