@@ -35,22 +35,31 @@ def _literal(text):
         return text
 
 
-def seed_tally(rows, results):
-    """AZR seed rows ({"snippet"|"program", "input", "output"}) + validate results -> (tally dict, unexplained)."""
+def seed_tally(rows, results, rechecks=2):
+    """AZR seed rows ({"snippet"|"program", "input", "output"}) + validate results -> (tally dict, unexplained).
+    A set-order-dependent program can pass one check when the two hash seeds happen to agree; programs that
+    would land in "unexplained" are re-validated on freshly started zygotes (new seeds) `rechecks` times."""
     tally, odd = dict.fromkeys(["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"], 0), []
     for row, r in zip(rows, results):
         rec = row["output"]
-        if r["valid"] and (r["output"] == rec or _literal(r["output"]) == _literal(rec)):
-            key = "reproduced"
-        elif "..." in rec and len(rec) == 403 and (not r["valid"] or r["output"][:200] == rec[:200]):
-            key = "truncated"      # AZR kept first 200 + "..." + last 200 chars
-        elif rec == "":
-            key = "recorded_empty"  # AZR's leaky status check stored '' (azr.md §9.3)
-        elif r["reason"].startswith("non-deterministic"):
-            key = "hash_order"     # set/dict order changes with the hash seed: our two-interpreter check rejects it
-        else:
-            key = "unexplained"
-            odd.append({"program": row.get("snippet", row.get("program")), "input": row["input"], "result": r})
+        for attempt in range(rechecks + 1):
+            if r["valid"] and (r["output"] == rec or _literal(r["output"]) == _literal(rec)):
+                key = "reproduced"
+            elif "..." in rec and len(rec) == 403 and (not r["valid"] or r["output"][:200] == rec[:200]):
+                key = "truncated"      # AZR kept first 200 + "..." + last 200 chars
+            elif rec == "":
+                key = "recorded_empty"  # AZR's leaky status check stored '' (azr.md §9.3)
+            elif r["reason"].startswith("non-deterministic"):
+                key = "hash_order"     # set order changes with the hash seed: our two-interpreter check rejects it
+            else:
+                key = "unexplained"
+                if attempt < rechecks:
+                    sandbox.shutdown()
+                    r = verify.validate("code_o", [{"program": row.get("snippet", row.get("program")),
+                                                    "input": row["input"]}])[0]
+                    continue
+                odd.append({"program": row.get("snippet", row.get("program")), "input": row["input"], "result": r})
+            break
         tally[key] += 1
     return tally, odd
 

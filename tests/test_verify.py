@@ -1,6 +1,5 @@
 """verify.py + sandbox.py: prompts, parsers, validity, grading, complexity, CLI, hostile code, the worker pool,
 and the AZR seed tally (real data, skipped without ../shared)."""
-import ast
 import json
 import os
 import resource
@@ -15,6 +14,7 @@ import pytest
 
 import sandbox
 import verify
+from bench.verify_bench import seed_tally
 from conftest import ROOT, shared_path
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
@@ -474,46 +474,11 @@ def test_families_have_different_hash_seeds_and_layers():
 # ----------------------------------------------------------------------------- AZR seeds (real data)
 
 
-def literal(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
-
-
-def seed_tally(rows, results):
-    """Each AZR seed program -> one explained category (or "unexplained"); also returns the odd ones."""
-    tally, odd = dict.fromkeys(["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"], 0), []
-    for row, r in zip(rows, results):
-        rec = row["output"]
-        if r["valid"] and (r["output"] == rec or literal(r["output"]) == literal(rec)):
-            key = "reproduced"
-        elif "..." in rec and len(rec) == 403 and (not r["valid"] or r["output"][:200] == rec[:200]):
-            key = "truncated"
-        elif rec == "":
-            key = "recorded_empty"
-        elif r["reason"].startswith("non-deterministic"):
-            key = "hash_order"
-        else:
-            key = "unexplained"
-            odd.append((row["snippet"], dict(r, input=row["input"])))
-        tally[key] += 1
-    return tally, odd
-
-
 @pytest.mark.slow
 def test_azr_seed_tally():
     rows = [json.loads(line) for line in open(shared_path("azr_seeds", "7b_coder_seed_io.jsonl"))]
     results = verify.validate("code_o", [{"program": r["snippet"], "input": r["input"]} for r in rows])
-    for attempt in range(3):   # two lucky hash seeds can agree on set order: recheck those with fresh zygotes
-        tally, odd = seed_tally(rows, results)
-        if not odd:
-            break
-        sandbox.shutdown()
-        redo = verify.validate("code_o", [{"program": s, "input": r["input"]} for s, r in odd])
-        for (snippet, r), again in zip(odd, redo):
-            if again["reason"].startswith("non-deterministic"):
-                results[[row["snippet"] for row in rows].index(snippet)] = again
+    tally, odd = seed_tally(rows, results)
     print("AZR seed tally:", json.dumps(tally))
     assert sum(tally.values()) == 256 and tally["truncated"] == 7 and tally["reproduced"] >= 240
     assert tally["unexplained"] == 0, odd
