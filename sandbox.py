@@ -47,10 +47,9 @@ import sys
 import tempfile
 import threading
 import time
-from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
-                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
-                setgid as _setgid, setgroups as _setgroups, setuid as _setuid, unlink as _unlink, waitpid as _waitpid,
-                write as _write)   # bound here, before the zygote's layer 3 sets os.<name> = None for user code
+from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2, kill as _kill_pid,
+                mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir, setuid as _setuid,
+                unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3 disables os.<name>
 from marshal import loads as _unmarshal
 from resource import setrlimit as _setrlimit
 
@@ -193,11 +192,8 @@ def _child(requests, wfd, workdir, uid):
     os.<name> = None for user code); user code starts after every limit is in place."""
     out = {"ok": False, "error": "", "stdout": "", "values": None}
     try:
-        for kind, value in _FIXED_LIMITS:
-            _setrlimit(kind, value)
+        _setrlimit(resource.RLIMIT_NPROC, (0, 0))   # binding once root is gone (the zygote already set gid/groups)
         if uid:
-            _setgroups(())
-            _setgid(uid)
             _setuid(uid)
         _mkdir(workdir, 0o700)                    # as the child's own uid, in the zygote's sticky temp folder
         _chdir(workdir)
@@ -246,7 +242,6 @@ def _child(requests, wfd, workdir, uid):
 
 # ----------------------------------------------------------------------------- zygote side
 
-_FIXED_LIMITS = ((resource.RLIMIT_NOFILE, (64, 64)), (resource.RLIMIT_NPROC, (0, 0)), (resource.RLIMIT_CORE, (0, 0)))
 _libc = None   # set in the zygote (children must not dlopen after fork)
 _out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
@@ -325,6 +320,11 @@ def _zygote_main(number, home):
     uid = UID_BASE + number % 5000
     layers["uid_drop"] = os.geteuid() == 0 and _uid_works(uid)
     uid = uid if layers["uid_drop"] else 0
+    if uid:                                       # still root (euid 0) but with the children's gid and no groups
+        os.setgroups(())
+        os.setgid(uid)
+    for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
+        resource.setrlimit(kind, (value, value))
     base = "/tmp" if layers["mount_namespace"] else tempfile.mkdtemp(prefix="populora-sandbox-")
     os.chmod(base, 0o1777)                        # children make their own cwd in here, like in /tmp
     for name in PRELOAD:
@@ -470,7 +470,10 @@ def _stop(worker):
         pass
     worker["proc"].wait()
     for f in (worker["proc"].stdin, worker["proc"].stdout):
-        f.close()
+        try:
+            f.close()                             # unflushed bytes to a dead zygote: BrokenPipeError
+        except OSError:
+            pass
     base = (worker["hello"] or {}).get("base", "")
     if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
         shutil.rmtree(base, ignore_errors=True)
