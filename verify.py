@@ -51,7 +51,11 @@ MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
 BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threading datetime time hashlib hmac bcrypt "
                       "calendar os sys socket shutil ctypes importlib signal asyncio pathlib io builtins gc inspect "
-                      "secrets uuid tempfile glob pickle marshal resource").split())
+                      "secrets uuid tempfile glob pickle marshal resource "   # AZR's list, SPEC's additions, then
+                      "posix _io _socket _thread _signal _posixsubprocess _ctypes fcntl pty mmap code codeop runpy "
+                      "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify").split())
+# [ours] the C twins of banned modules and modules that run code given as a string or reach sys.modules
+BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib"}   # typing.sys.modules['os'], ...
 BANNED_NAMES = set("open exec eval compile __import__ input globals breakpoint exit quit vars".split())
 ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
                "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame "
@@ -295,7 +299,7 @@ def _screen(tree):
             if node.id in ESCAPES or node.id in BANNED_NAMES and node.id not in bound:
                 raise Invalid(f"banned name: {node.id}")
         elif kind is ast.Attribute:
-            if node.attr in ESCAPES:
+            if node.attr in ESCAPES or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
         elif kind is ast.Constant:
             if isinstance(node.value, str) and _ESCAPE_RE.search(node.value):

@@ -141,6 +141,9 @@ VALIDITY_CASES = [   # (program, input, valid, reason fragment)
     ("def f(x):\n    return sorted({'kiwi', 'fig', 'plum', 'pear', 'lime'})", "1", True, "valid"),
     ("def f(x):\n    return x", "1), (2", False, "not an argument list"),      # no call-text injection
     ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
+    ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False, "banned attribute"),
+    ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "banned import: posix"),
+    ("import timeit\ndef f(x):\n    return timeit.timeit('1', number=1)", "1", False, "banned import: timeit"),
     ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),         # multi-line input
 ]
 
