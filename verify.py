@@ -58,7 +58,7 @@ BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threadin
 BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib"}   # typing.sys.modules['os'], ...
 BANNED_NAMES = set("open exec eval compile __import__ input globals breakpoint exit quit vars".split())
 ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
-               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame "
+               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame cr_frame ag_frame "
                "__dict__ __class__ __setattr__ __delattr__").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
