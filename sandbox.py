@@ -8,8 +8,8 @@ and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygote
 separately, each with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different
 families, so set order can differ). A zygote forks a child *before* the next job arrives; the child locks itself
 down, reads the job, runs it and writes one JSON line of plain strings/bools (values are `repr` strings) that the
-zygote forwards; nothing from a child is unpickled or evaluated. ~1.5 ms CPU per run here (fork + copy-on-write
-faults), against ~60 ms to start Python.
+zygote forwards; nothing from a child is unpickled or evaluated. ~2 ms CPU per run here, mostly fork and
+copy-on-write faults (bench/verify_bench.py), against ~60 ms to start a fresh Python.
 
 Layers (Linux; `layers()` reports what the running zygotes measured):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
@@ -391,14 +391,14 @@ def _rmtree(path):
 
 
 def _serve(pid, r, workdir):
-    """Wait for the pre-forked child's job header (idle time), then for its result line within the deadline;
-    kill it, clean its cwd. Returns b"<pid>\t<json>\n" for the parent, or None when the zygote should stop."""
+    """Wait for the pre-forked child's job header (idle time), then for its result line and exit within the
+    deadline; kill it, clean its cwd. Returns b"<pid>\t<json>\n" for the parent, or None to stop the zygote."""
     buf = b""
     while b"\n" not in buf:                       # header "timeout stdout_cap", written before the lock-down
         data = _read(r, 1 << 16)
+        buf += data
         if not data:
             break
-        buf += data
     header, _, buf = buf.partition(b"\n")
     try:
         timeout, cap = (float(x) for x in header.split())
@@ -406,19 +406,16 @@ def _serve(pid, r, workdir):
         _kill_pid(pid, signal.SIGKILL)
         _waitpid(pid, 0)
         return None
-    cap = int(cap) * 6 + (1 << 20)                # JSON escaping can grow text 6x (\\uXXXX)
     error, deadline = "", time.monotonic() + timeout
-    while not buf.endswith(b"\n") or b"\n" in buf[:-1]:
+    while True:                                   # the child writes one line, then exits: read to EOF
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([r], [], [], left)[0]:
             error = "timeout"
             break
         data = _read(r, 1 << 16)
-        if not data:
-            break
         buf += data
-        if len(buf) > cap or b"\n" in buf[:-1]:
-            error = "result too large or malformed"
+        if not data or len(buf) > cap * 6 + (1 << 20):   # JSON escapes can grow text 6x (\uXXXX)
+            error = "" if not data else "result too large"
             break
     _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
     _, status = _waitpid(pid, 0)
@@ -427,12 +424,12 @@ def _serve(pid, r, workdir):
         _rmtree(workdir)
     except OSError:
         pass
-    if not error and buf.endswith(b"\n"):
+    if not error and buf.endswith(b"\n") and buf.count(b"\n") == 1:
         return b"%d\t" % pid + buf
     if not error:
         code = os.waitstatus_to_exitcode(status)
-        error = (f"crashed ({signal.Signals(-code).name})" if code < 0 and -code != signal.SIGKILL
-                 else f"exited (code {code}) without a result")
+        error = ("malformed result" if buf else f"crashed ({signal.Signals(-code).name})" if code < 0 and
+                 -code != signal.SIGKILL else f"exited (code {code}) without a result")
     return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
 
 

@@ -477,7 +477,6 @@ def test_families_have_different_hash_seeds_and_layers():
 # ----------------------------------------------------------------------------- AZR seeds (real data)
 
 
-@pytest.mark.slow
 def test_azr_seed_tally():
     rows = [json.loads(line) for line in open(shared_path("azr_seeds", "7b_coder_seed_io.jsonl"))]
     results = verify.validate("code_o", [{"program": r["snippet"], "input": r["input"]} for r in rows])
