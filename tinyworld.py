@@ -1,0 +1,360 @@
+"""A laptop-scale PopuLoRA world: a tiny Qwen2 base warm-started on a synthetic corpus, so that on CPU its teachers
+write some valid programs and its students solve some (not all) of them, and the self-play rewards carry signal.
+
+  python tinyworld.py                     # build (or reuse) the cached warm base, print its folder and a probe
+  python train.py --model tiny-warm ...   # population.load_base builds/reuses it through warm_base()
+
+What is here:
+- a seeded generator of small Python programs `f` over ints, strings, lists and dicts, built from a table of
+  statement templates with a complexity level (1 straight-line, 2 + branches, 3 + loops, 4 + nested loop/branch)
+  and a number of statements; programs can also be grown from a reference program (one more statement), which is
+  how a teacher can build on the archive it is shown. Inputs are random literals; outputs come from verify.validate
+  (the sandbox), so every clean example is valid by the project's own rules;
+- complete transcripts in the project's real format: verify.teacher_prompt / verify.student_prompt + a response
+  `<think> ... </think> <answer> ``` fences ``` </answer>` + end of text, for all six (role, task) pairs, with a
+  low rate (`noise`) of wrong answers, buggy programs and broken formats;
+- the tokenizer: population.build_tiny's byte-level tokenizer plus one added token per constant chunk of the AZR
+  prompt templates (the wrapper, task text, rules). The prompts are verify.py's text unchanged, so train.py needs
+  no knob; the tiny model just reads ~10 tokens for the ~2 kB of boilerplate, which is what makes it fit on CPU
+  (the "compact prompt" of issue 7, done in the vocabulary rather than in the text);
+- the warm start: next-token loss on the response tokens, AdamW, a fixed number of steps (deterministic given the
+  seed and the thread count), cached under cache_dir keyed by a hash of every setting.
+Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program shapes and guesses.
+"""
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import string
+import sys
+import tempfile
+import time
+
+import torch
+
+import population
+import verify
+
+# ----------------------------------------------------------------------------- settings (all of them go in the cache key)
+WORLD = dict(seed=0, programs=800, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
+MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
+             max_position_embeddings=32768, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
+TRAIN = dict(steps=150, lr=3e-3, warmup=10, batch_tokens=3000, threads=2, seed=0)
+VERSION = 1  # bump when the generator or the training code changes what gets built
+
+# ----------------------------------------------------------------------------- the program generator
+# (level, input type, output type, template, description). $a = the statement's input variable, $d = its output,
+# $k = a small int constant or an int argument, $p = a constant >= 2, $c/$e = letters, $w = a short word.
+OPS = [
+    (1, "int", "int", "$d = $a * $k", "multiply by $k"),
+    (1, "int", "int", "$d = $a + $k", "add $k"),
+    (1, "int", "int", "$d = $a % $p", "take it modulo $p"),
+    (1, "int", "int", "$d = abs($a - $k)", "distance to $k"),
+    (1, "int", "str", "$d = str($a)", "turn it into text"),
+    (1, "int", "list", "$d = [$a, $a + $k, $a * 2]", "make a list of three numbers from it"),
+    (2, "int", "int", "if $a % 2 == 0:\n    $d = $a // 2\nelse:\n    $d = $a * 3 + 1", "one Collatz step"),
+    (2, "int", "int", "$d = $a if $a > $k else -$a", "keep it if above $k, else negate"),
+    (3, "int", "int", "$d = 0\nfor i in range(abs($a) % $p + 1):\n    $d += i * $k", "sum a short range times $k"),
+    (3, "int", "list", "$d = []\nfor i in range(abs($a) % 5):\n    $d.append(i * $k)", "list multiples of $k"),
+    (4, "int", "int", "$d = 0\nfor i in range(abs($a) % 6 + 1):\n    if i % 2 == 0:\n        $d += i\n    else:\n"
+                      "        $d -= $k", "alternate adding and subtracting"),
+    (1, "str", "str", "$d = $a[::-1]", "reverse the text"),
+    (1, "str", "str", "$d = $a.upper()", "upper-case it"),
+    (1, "str", "int", "$d = len($a)", "count its characters"),
+    (1, "str", "str", "$d = $a + '$w'", "append '$w'"),
+    (1, "str", "str", "$d = ''.join(sorted($a))", "sort its letters"),
+    (1, "str", "str", "$d = $a.replace('$c', '$e')", "replace '$c' by '$e'"),
+    (1, "str", "int", "$d = $a.count('$c')", "count the letter '$c'"),
+    (1, "str", "list", "$d = [ord(ch) % $p for ch in $a]", "letter codes modulo $p"),
+    (2, "str", "str", "$d = $a.upper() if len($a) > $k else $a", "upper-case it when longer than $k"),
+    (3, "str", "int", "$d = 0\nfor ch in $a:\n    if ch in 'aeiou':\n        $d += 1", "count the vowels"),
+    (3, "str", "str", "$d = ''\nfor ch in $a:\n    $d = ch + $d", "reverse it letter by letter"),
+    (4, "str", "str", "$d = ''\nfor i, ch in enumerate($a):\n    if i % 2 == 0:\n        $d += ch.upper()\n    else:\n"
+                      "        $d += ch", "upper-case every other letter"),
+    (1, "list", "list", "$d = sorted($a)", "sort the list"),
+    (1, "list", "list", "$d = $a[::-1]", "reverse the list"),
+    (1, "list", "list", "$d = [v * $k for v in $a]", "multiply each item by $k"),
+    (1, "list", "int", "$d = sum($a)", "add the items up"),
+    (1, "list", "int", "$d = len($a)", "count the items"),
+    (1, "list", "list", "$d = $a + [$k]", "append $k"),
+    (1, "list", "int", "$d = max($a + [$k])", "the largest item or $k"),
+    (2, "list", "list", "$d = [v for v in $a if v % 2 == 0]", "keep the even items"),
+    (2, "list", "list", "$d = sorted($a) if len($a) > $p else $a[::-1]", "sort it if longer than $p, else reverse"),
+    (3, "list", "int", "$d = 0\nfor v in $a:\n    if v > $k:\n        $d += v\n    else:\n        $d -= 1",
+     "add the items above $k, minus one for each other"),
+    (3, "list", "dict", "$d = {}\nfor v in $a:\n    $d[v % $p] = $d.get(v % $p, 0) + 1", "count items by remainder mod $p"),
+    (4, "list", "list", "$d = []\ntotal = 0\nfor v in $a:\n    total += v\n    if total % 2 == 0:\n        $d.append(total)",
+     "even running totals"),
+    (1, "dict", "int", "$d = sum($a.values())", "add up the values"),
+    (1, "dict", "list", "$d = sorted($a.values())", "sorted values"),
+    (1, "dict", "int", "$d = len($a)", "count the keys"),
+    (1, "dict", "dict", "$d = {key: val * $k for key, val in $a.items()}", "multiply every value by $k"),
+    (2, "dict", "dict", "$d = {key: val for key, val in $a.items() if val > $k}", "keep the values above $k"),
+    (3, "dict", "int", "$d = 0\nfor key, val in $a.items():\n    $d += len(str(key)) * val", "key lengths times values"),
+    (4, "dict", "dict", "$d = {}\nfor key in sorted($a):\n    if $a[key] % 2 == 0:\n        $d[key] = $a[key] // 2\n"
+                        "    else:\n        $d[key] = $a[key] * 3", "halve the even values, triple the odd ones"),
+]
+ARG_NAMES = {"int": "n", "str": "s", "list": "xs", "dict": "d"}
+LETTERS = "abcdeilnorstu"
+
+
+def random_value(rng, kind):
+    """Python source of a random literal of `kind`."""
+    if kind == "int":
+        return str(rng.randint(-5, 20))
+    if kind == "str":
+        return repr("".join(rng.choice(LETTERS) for _ in range(rng.randint(2, 6))))
+    if kind == "list":
+        return "[" + ", ".join(str(rng.randint(-3, 12)) for _ in range(rng.randint(2, 6))) + "]"
+    keys = rng.sample(["a", "b", "c", "x", "y", "z", "k", "m"], rng.randint(2, 4))
+    return "{" + ", ".join(f"'{key}': {rng.randint(0, 9)}" for key in keys) + "}"
+
+
+def new_program(rng, level, statements):
+    """A fresh program state: {"args": [(name, type)], "steps": [(source lines, description)], "vars": [(name, type)]}
+    then `statements` statements drawn at or below `level`."""
+    kind = rng.choice(list(ARG_NAMES))
+    args = [(ARG_NAMES[kind], kind)] + ([("k", "int")] if kind != "int" and rng.random() < 0.3 else [])
+    state = {"args": args, "steps": [], "vars": args[::-1], "level": level}  # the main argument is the newest
+    for _ in range(statements):
+        grow(rng, state)
+    return state
+
+
+def grow(rng, state):
+    """Append one statement that reads a recent variable (usually the newest) and binds a new one."""
+    name, kind = state["vars"][-1] if rng.random() < 0.8 else rng.choice(state["vars"])
+    op = rng.choice([o for o in OPS if o[0] <= state["level"] and o[1] == kind])
+    ints = [n for n, t in state["args"] if t == "int" and n != name]
+    out = f"v{len(state['steps']) + 1}"
+    c, e = rng.sample(LETTERS, 2)
+    fill = dict(a=name, d=out, k=rng.choice(ints) if ints and rng.random() < 0.5 else str(rng.randint(1, 5)),
+                p=str(rng.randint(2, 5)), c=c, e=e, w="".join(rng.sample(LETTERS, 2)))
+    state["steps"].append((string.Template(op[3]).substitute(fill), string.Template(op[4]).substitute(fill)))
+    state["vars"].append((out, op[2]))
+    return state
+
+
+def render(state):
+    """Program source: typed signature (it tells a reader what inputs fit), the statements, return the newest var."""
+    body = "\n".join("    " + line for src, _ in state["steps"] for line in src.split("\n"))
+    sig = ", ".join(f"{n}: {t}" for n, t in state["args"])
+    return f"def f({sig}):\n{body}\n    return {state['vars'][-1][0]}"
+
+
+def make_input(rng, state):
+    return ", ".join(random_value(rng, t) for _, t in state["args"])
+
+
+def make_message(state):
+    kinds = " and ".join(f"{'an' if t == 'int' else 'a'} {t} {n}" for n, t in state["args"])
+    return f"The function takes {kinds}; it does: " + ", then ".join(d for _, d in state["steps"]) + "."
+
+
+def build_pool(seed, count, levels, max_statements, grow_prob):
+    """`count` valid problems {"state","program","input","output","inputs","outputs","message","parent"}: fresh
+    programs, and (grow_prob) programs grown by one statement from an earlier one (parent = its index)."""
+    rng, pool, tries = random.Random(seed), [], 0
+    while len(pool) < count and tries < 20:
+        tries, batch = tries + 1, []
+        for _ in range(count - len(pool) + 64):
+            parent = rng.randrange(len(pool)) if pool and rng.random() < grow_prob else None
+            if parent is not None and len(pool[parent]["state"]["steps"]) < max_statements + 2:
+                src = pool[parent]["state"]
+                state = grow(rng, dict(src, steps=list(src["steps"]), vars=list(src["vars"])))
+            else:
+                parent, state = None, new_program(rng, rng.randint(1, levels), rng.randint(1, max_statements))
+            batch.append(dict(state=state, program=render(state), input=make_input(rng, state),
+                              inputs=[make_input(rng, state) for _ in range(verify.N_INPUTS)],
+                              message=make_message(state), parent=parent))
+        io = verify.validate("code_o", [{"program": b["program"], "input": b["input"]} for b in batch])
+        fs = verify.validate("code_f", [{k: b[k] for k in ("program", "inputs", "message")} for b in batch])
+        for b, r, q in zip(batch, io, fs):
+            if r["valid"] and q["valid"] and len(pool) < count:
+                pool.append(dict(b, output=r["output"], outputs=q["outputs"]))
+    return pool
+
+
+# ----------------------------------------------------------------------------- transcripts in the project's format
+END = "<|endoftext|>"
+
+
+def _wrap(think, answer):
+    return f" {think} </think> <answer>{answer}</answer>"
+
+
+def transcripts(pool, seed, references, noise):
+    """(prompt, response) pairs for every (role, task): teacher code_o/code_i (shown `references` pool problems, a
+    grown problem builds on one of them), teacher code_f, student code_o/code_i/code_f. A `noise` share is damaged:
+    wrong answers, a statement dropped (often an invalid program), or a broken format."""
+    rng, out = random.Random(seed), []
+    fence = verify._fence
+    for i, p in enumerate(pool):
+        problem = {k: p[k] for k in ("program", "input", "output")}
+        for task in ("code_o", "code_i"):
+            refs = [pool[j] for j in rng.sample(range(len(pool)), min(references, len(pool)))]
+            refs = [{k: r[k] for k in ("program", "input", "output")} for r in refs]
+            think = "I will write a new function and a test input."
+            if p["parent"] is not None:
+                j = rng.randrange(len(refs) + 1)
+                refs.insert(j, {k: pool[p["parent"]][k] for k in ("program", "input", "output")})
+                del refs[references:]
+                think = f"I will build on snippet {j} and add one more step." if j < references else think
+            program = p["program"]
+            if rng.random() < noise:  # drop a middle line: usually a NameError or a syntax error
+                lines = program.split("\n")
+                program = "\n".join(lines[:-2] + lines[-1:]) if len(lines) > 2 else program
+            answer = f"{fence('python', program)}\n\n{fence('input', p['input'])}"
+            out.append((verify.teacher_prompt(task, refs), _wrap(think, answer)))
+        answer = "\n".join(fence("input", x) for x in p["inputs"]) + "\n" + fence("message", p["message"])
+        out.append((verify.teacher_prompt("code_f", [], p["program"]),
+                     _wrap("I will pick varied inputs and describe the function.", answer)))
+        other = pool[rng.randrange(len(pool))]
+        wrong = rng.random() < noise
+        out.append((verify.student_prompt("code_o", problem), _wrap(
+            "Let me run the code on the input.", fence("output", other["output"] if wrong else p["output"]))))
+        out.append((verify.student_prompt("code_i", problem), _wrap(
+            "Let me find an input that gives this output.", fence("input", other["input"] if wrong else p["input"]))))
+        fproblem = {k: p[k] for k in ("program", "inputs", "outputs", "message")}
+        out.append((verify.student_prompt("code_f", fproblem), _wrap(
+            "Let me match the pairs and the message.", fence("python", other["program"] if wrong else p["program"]))))
+    for k in range(len(out)):
+        if rng.random() < noise / 2:  # broken format: the closing tag goes missing
+            out[k] = (out[k][0], out[k][1].replace("</answer>", "", 1))
+    return [(prompt, response + END) for prompt, response in out]
+
+
+# ----------------------------------------------------------------------------- tokenizer and model
+
+
+def prompt_chunks():
+    """The constant text of verify.py's prompt templates: each prompt with sentinel values, split at the sentinels,
+    pieces of 24+ characters. Teacher code_i/code_o prompts cut at the references, student ones at each field."""
+    x = "\x00"
+    texts = [verify.teacher_prompt(t, [{"program": x, "input": x, "output": x}]) for t in ("code_i", "code_o")]
+    texts += [verify.teacher_prompt("code_f", [], x)]
+    texts += [verify.student_prompt(t, {"program": x, "input": x, "output": x}) for t in ("code_i", "code_o")]
+    texts += [verify.student_prompt("code_f", {"program": x, "inputs": [x, x], "outputs": [x, x], "message": x})]
+    pieces = {piece for text in texts for piece in text.split(x) if len(piece) >= 24}
+    return sorted(pieces, key=lambda s: (-len(s), s))
+
+
+def make_tokenizer(texts, vocab_size):
+    """Byte-level BPE (population.build_tiny's byte alphabet and special tokens, so any text still encodes) with
+    merges learned on the corpus texts, plus one added (non-special) token per prompt chunk. Bytes alone measured
+    ~650 tokens per transcript and ~500 tokens/s of training here; the merges cut that ~6x."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    chunks = prompt_chunks()
+    for c in chunks:  # the chunks get their own tokens: learn merges on the rest
+        texts = [t.replace(c, "\n") for t in texts]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=population.SPECIALS,
+                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.add_tokens([AddedToken(c, normalized=False, special=False, lstrip=False, rstrip=False) for c in chunks])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=population.SPECIALS[0],
+                                   pad_token=population.SPECIALS[1])
+
+
+def encode(tok, pairs):
+    """[(prompt ids, response ids)]; ids exactly as population.generate would see the prompt."""
+    p = tok([a for a, _ in pairs], add_special_tokens=False)["input_ids"]
+    r = tok([b for _, b in pairs], add_special_tokens=False)["input_ids"]
+    return list(zip(p, r))
+
+
+def batches(data, batch_tokens, rng):
+    """Length-sorted buckets of about batch_tokens padded tokens, shuffled."""
+    order = sorted(range(len(data)), key=lambda i: len(data[i][0]) + len(data[i][1]))
+    out, cur = [], []
+    for i in order:
+        width = len(data[i][0]) + len(data[i][1])
+        if cur and width * (len(cur) + 1) > batch_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
+    """Build the corpus, the tokenizer and a fresh tiny Qwen2 in `folder`, train it, save it. Returns stats."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    t0 = time.time()
+    pool = build_pool(world["seed"], world["programs"], world["levels"], world["max_statements"], world["grow_prob"])
+    pairs = transcripts(pool, world["seed"] + 1, world["references"], world["noise"])
+    tok = make_tokenizer([a + b for a, b in pairs], world["vocab_size"])
+    data = encode(tok, pairs)
+    t_corpus = time.time() - t0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(train["threads"])
+    try:
+        with population._seeded(train["seed"]):
+            config = Qwen2Config(vocab_size=len(tok), bos_token_id=None, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.pad_token_id,
+                                 dtype="float32", **model_cfg)
+            model = Qwen2ForCausalLM(config)
+            opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], betas=(0.9, 0.95), weight_decay=0.01)
+            rng, plan, tokens, losses = random.Random(train["seed"]), [], 0, []
+            model.train()
+            for step in range(train["steps"]):
+                if not plan:
+                    plan = batches(data, train["batch_tokens"], rng)
+                rows = [data[i] for i in plan.pop()]
+                width = max(len(p) + len(r) for p, r in rows)
+                ids = torch.full((len(rows), width), tok.pad_token_id)
+                labels = torch.full((len(rows), width), -100)  # loss on the response tokens only
+                for b, (p, r) in enumerate(rows):
+                    ids[b, :len(p) + len(r)] = torch.tensor(p + r)
+                    labels[b, len(p):len(p) + len(r)] = torch.tensor(r)
+                lr = train["lr"] * min(1.0, (step + 1) / train["warmup"]) * 0.5 * (1 + math.cos(math.pi * step / train["steps"]))
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                tokens += int((ids != tok.pad_token_id).sum())
+                losses.append(loss.item())
+                if step % 50 == 0 or step == train["steps"] - 1:
+                    log(f"warm step {step}/{train['steps']} loss {loss.item():.3f} "
+                        f"{tokens / (time.time() - t0 - t_corpus):.0f} tok/s")
+    finally:
+        torch.set_num_threads(threads)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    stats = dict(corpus_s=t_corpus, train_s=time.time() - t0 - t_corpus, examples=len(data), pool=len(pool),
+                 tokens=tokens, final_loss=sum(losses[-20:]) / len(losses[-20:]), vocab=len(tok),
+                 params=sum(p.numel() for p in model.parameters()))
+    with open(os.path.join(folder, "tinyworld.json"), "w") as f:
+        json.dump(dict(world=world, model=model_cfg, train=train, version=VERSION, stats=stats), f, indent=1)
+    return stats
+
+
+def warm_base(cache_dir="out/.tiny", world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
+    """Folder of the warm-started tiny base, built once per settings (key = hash of every setting) and reused."""
+    key = hashlib.sha256(json.dumps([world, model_cfg, train, VERSION], sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(cache_dir, f"tiny-warm-{key}")
+    if not os.path.exists(os.path.join(path, "tinyworld.json")):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".tiny-warm-", dir=cache_dir)
+        try:
+            train_warm(tmp, world, model_cfg, train, log)
+            os.rename(tmp, path)  # atomic; another process may have won the race, which is fine
+        except OSError:
+            if not os.path.exists(os.path.join(path, "tinyworld.json")):
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+if __name__ == "__main__":
+    print(warm_base(sys.argv[1] if len(sys.argv) > 1 else "out/.tiny"))
