@@ -78,7 +78,7 @@ def build_tiny(folder, seed=0):
 
 def load_base(model, dtype="float32", device="cpu", cache_dir="out/.tiny"):
     """(model, tokenizer, model_path) with every base parameter frozen. `model` is a hub id, a local folder or
-    "tiny" (built once into cache_dir, keyed by a hash of its build config)."""
+    "tiny" (built once into cache_dir, keyed by a hash of its build config) or "tiny-warm" (tinyworld.warm_base)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = model
     if model == "tiny":
@@ -92,6 +92,9 @@ def load_base(model, dtype="float32", device="cpu", cache_dir="out/.tiny"):
                 os.rename(tmp, path)  # atomic; another process may have won the race, which is fine
             except OSError:
                 shutil.rmtree(tmp, ignore_errors=True)
+    if model == "tiny-warm":  # tinyworld.py: the tiny base warm-started on a synthetic corpus, built once, cached
+        import tinyworld
+        path = tinyworld.warm_base(cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
