@@ -1,10 +1,9 @@
 """
-PopuLoRA: population-based asymmetric self-play RL on one frozen code LLM (arXiv 2605.16727), on the Absolute
-Zero Reasoner recipe (AZR, arXiv 2505.03335). N_T teacher and N_S student LoRA adapters share the base. Each step
-teachers propose AZR problems (code_i / code_o / code_f), the sandbox keeps the valid ones, the matched students
-attempt them, every adapter gets one task-relative REINFORCE++ update, TrueSkill rates every match, and every
-`evolve_every` steps the weakest members are replaced by LoRA weight-space children of strong ones. The step
-(SPEC §4), rewards, TRR++ advantages and the loss (SPEC §5) are written out here; verify.py (prompts, sandbox),
+PopuLoRA (arXiv 2605.16727) on the AZR recipe (arXiv 2505.03335): N_T teacher and N_S student LoRA adapters on one
+frozen code LLM. Each step teachers propose code_i / code_o / code_f problems, the sandbox keeps the valid ones, the
+matched students attempt them, every adapter gets one task-relative REINFORCE++ update, TrueSkill rates every match,
+and every `evolve_every` steps the weakest members are replaced by LoRA weight-space children of strong ones. The
+step (SPEC §4), rewards, advantages and loss (SPEC §5) are written out here; verify.py (prompts, sandbox),
 population.py (adapters, generation, ratings, checkpoints) and evolve.py (operators) hold the rest.
 
 How to run (every config key is a flag, `--key value` or `--key=value`):
@@ -71,7 +70,7 @@ config = dict(
     references=6,                   # K archive problems shown to a code_i / code_o teacher
     temperature=1.0,                # sampling temperature for teachers and students
     top_p=1.0,                      # nucleus sampling
-    max_prompt_tokens=6144,         # tokens; longer teacher prompts drop references, longer student prompts = invalid
+    max_prompt_tokens=6144,         # tokens; a longer teacher prompt shows fewer references
     max_new_tokens=4096,            # tokens per response
     teacher_reward_unsolved=0.0,    # teacher reward for a valid problem its student never solves (AZR code: -0.5)
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
@@ -81,8 +80,9 @@ config = dict(
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
-    mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",  # enabled
-    crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,core_ties,weighted_multi",
+    mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",  # enabled M1-M6
+    crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,core_ties,"
+               "weighted_multi",  # enabled crossovers (SPEC §7; the controls copy_parent, linear_0_5 are off)
     engine="auto",                  # generation: vllm | hf | auto (vllm when importable and CUDA present)
     device="",                      # "" = cuda when available, else cpu
     dtype="",                       # "" = bfloat16 on GPU, float32 on CPU
@@ -95,9 +95,10 @@ config = dict(
 )
 
 IDENTITY = "def f(a):\n    return a"  # AZR's minimal seed program (azr.md §5.2)
-IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whatever you input",  # AZR's code_f seed,
-                  inputs=['"Hello world"', "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)", "[[1, 0], [0, 1]]",  # 6 inputs +
-                          "1001101100010001", "[3, 1, 2]", "'abc'", "{'x': [1, 2]}", "None"])  # 4: verify wants 10
+IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whatever you input",  # AZR's code_f seed
+                  inputs=['"Hello world"', "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)",
+                          '"[[1, 0, 0], [0, 0, 0], [0, 0, 0]]"', "1001101100010001",
+                          "[3, 1, 2]", "'abc'", "{'x': [1, 2]}", "None"])  # + 4 of ours: verify.py wants 10
 BOX = {"ast_depth": 20, "cyclomatic": 20, "loc": 60, "variables": 30}  # coverage box: descriptor / max, clipped
 
 def str2bool(text):
@@ -124,7 +125,8 @@ def check_config(cfg, roles):
     for key, allowed in (("engine", ("auto", "hf", "vllm")), ("dtype", ("", "float32", "bfloat16", "float16")),
                          ("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
         if any(name.strip() not in allowed for name in (cfg[key].split(",") if key.endswith("s") else [cfg[key]])):
-            raise SystemExit(f"--{key} {cfg[key]!r}: expected {'names' if key.endswith('s') else 'one'} of {list(allowed)}")
+            raise SystemExit(f"--{key} {cfg[key]!r}: expected {'names' if key.endswith('s') else 'one'} of "
+                             f"{list(allowed)}")
     try:
         os.makedirs(cfg["out_dir"], exist_ok=True)
         tempfile.TemporaryFile(dir=cfg["out_dir"]).close()
@@ -137,8 +139,7 @@ def check_config(cfg, roles):
         saved = dict(saved["config"], roles=[m["role"] for m in saved["members"]])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"--resume {resume!r}: not a readable checkpoint folder ({e})")
-    for key, ours in (("roles", roles), ("model", cfg["model"]), ("lora_rank", cfg["lora_rank"]),
-                      ("lora_targets", cfg["lora_targets"])):
+    for key, ours in [("roles", roles)] + [(key, cfg[key]) for key in ("model", "lora_rank", "lora_targets")]:
         if saved.get(key) != ours:
             raise SystemExit(f"--resume {resume}: the checkpoint has {key} {saved.get(key)!r} (a population of "
                              f"{len(saved['roles'])}), this run has {ours!r} (a population of {len(roles)})")
@@ -151,16 +152,14 @@ def print0(*args):
     if int(os.environ.get("RANK", 0)) == 0:
         print(*args, flush=True)
 
-def derive_seed(*parts):
-    """31-bit seed from (seed, step, rank, purpose): reproducible after a resume, no RNG state to carry."""
+def derive_seed(*parts):  # 31-bit seed from (seed, step, rank, purpose): reproducible after a resume, no state
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") >> 1
 
 def mean(values):
     values = [float(v) for v in values]
     return sum(values) / len(values) if values else None  # None (null in JSON) = nothing to average this step
 
-def broadcast_object(obj, src, world):
-    """obj from rank src on every rank (collective: every rank calls it)."""
+def broadcast_object(obj, src, world):  # obj from rank src on every rank (collective: every rank calls it)
     box = [obj]
     if world > 1:
         dist.broadcast_object_list(box, src=src)
@@ -189,12 +188,11 @@ def run_verify(fn, jobs, timeout):
 def broadcast_member(model, name, src, world):
     """Adapter `name` from rank src to every rank as one flat tensor (collective)."""
     params = population.trainable_params(model, name)
-    flat = torch.cat([p.detach().reshape(-1) for p in params])
-    if world > 1:
-        dist.broadcast(flat, src=src)
-        with torch.no_grad():
-            for p, chunk in zip(params, flat.split([p.numel() for p in params])):
-                p.copy_(chunk.view_as(p))
+    with torch.no_grad():
+        flat = torch.nn.utils.parameters_to_vector(params)
+        if world > 1:
+            dist.broadcast(flat, src=src)
+            torch.nn.utils.vector_to_parameters(flat, params)
 
 def to_cpu(obj):  # optimizer states travel between ranks as CPU tensors
     return ({k: to_cpu(v) for k, v in obj.items()} if isinstance(obj, dict) else obj.detach().cpu() if
@@ -220,12 +218,10 @@ def describe(problems):
         point = torch.tensor([[min(p["complexity"][k] / top, 1.0) for k, top in BOX.items()]])  # box-normalised
         p["cell"] = int(torch.cdist(point, cvt_centroids()).argmin())
 
-def problem_core(problem):
-    """What the verifier and the prompts need of an archive problem (drops our bookkeeping keys)."""
+def problem_core(problem):  # what the verifier and the prompts need of an archive problem (no bookkeeping keys)
     return {k: v for k, v in problem.items() if k not in ("step", "cell", "complexity")}
 
-def as_problem(task, proposal, result):
-    """An archive problem: the proposal with the verifier's normalised program and the program's output(s)."""
+def as_problem(task, proposal, result):  # the proposal with the verifier's normalised program and its output(s)
     key = "outputs" if task == "code_f" else "output"
     return dict(proposal, program=result["program"], **{key: result[key]})
 
@@ -283,7 +279,8 @@ def train_member(model, name, optimizer, sequences, cfg):
         for row, s in enumerate(batch):
             stats["entropy"][s["role"]] += entropy[row].sum().item()
             stats["tokens"][s["role"]] += int(mask[row].sum().item())
-    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(population.trainable_params(model, name), cfg["grad_clip"]))
+    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(population.trainable_params(model, name),
+                                                              cfg["grad_clip"]))  # before clipping
     optimizer.step()  # parameters without a gradient (all advantages 0) are left alone by AdamW: a no-op step
     return stats
 
@@ -301,9 +298,9 @@ def seed_problems(cfg, rank, world):
                 for number, line in enumerate(f, 1):
                     row = json.loads(line) if line.strip() else None  # AZR's snippets already hold their imports
                     if row is not None:
-                        (induction if "inputs" in row else pairs).append(dict(program=row.get("snippet") or row["program"],
-                            **dict(inputs=list(map(str, row["inputs"])), message=str(row["message"])) if "inputs" in row
-                            else dict(input=str(row["input"]))))
+                        (induction if "inputs" in row else pairs).append(dict(program=row.get("snippet") or row[
+                            "program"], **dict(inputs=list(map(str, row["inputs"])), message=str(row["message"]))
+                            if "inputs" in row else dict(input=str(row["input"]))))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise SystemExit(f"--seed_archive {cfg['seed_archive']!r}: {e!r} at line {number}; expected JSON lines "
                              "with snippet + input, or snippet + inputs + message (AZR's seed format)")
@@ -313,11 +310,10 @@ def seed_problems(cfg, rank, world):
                                             jobs, rank, world)):
         for t in (("code_i", "code_o") if task == "code_o" else ("code_f",)) if r["valid"] else ():
             archive[t].append(dict(as_problem(task, p, r), step=-1))
-    for task in verify.TASKS:
-        del archive[task][cfg["archive_cap"]:]
-        describe(archive[task])
+    describe([p for problems in archive.values() for p in problems])  # (the cap applies from the first step on)
+    kept = len(archive["code_o"]) + len(archive["code_f"])
     print0(f"seed archive: {len(archive['code_o'])}/{len(pairs)} code_i/code_o and {len(archive['code_f'])}/"
-           f"{len(induction)} code_f seeds valid; {len(jobs) - len(archive['code_o']) - len(archive['code_f'])} dropped")
+           f"{len(induction)} code_f seeds valid; {len(jobs) - kept} dropped")
     if not archive["code_o"]:
         raise SystemExit("no valid code_i/code_o seed program: teachers would have nothing to build on")
     return archive
@@ -335,7 +331,8 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
             r["reason"] = r.pop("info").get("reason", "")
     records = broadcast_object(records, 0, world)
     owner = {m["name"]: i % world for i, m in enumerate(members)}
-    donors = sorted({d for r in records for d in [r["copy_optimizer_from"], *(r["optimizer_donors"] or {}).values()] if d})
+    donors = sorted({d for r in records for d in [r["copy_optimizer_from"], *(r["optimizer_donors"] or {}).values()]
+                     if d})
     states = {d: broadcast_object(to_cpu(optimizers[d].state_dict()) if rank == owner[d] else None, owner[d], world)
               for d in donors}  # every rank calls each broadcast; the donor's owner holds its live state
     keys = list(population.get_adapter(model, members[0]["name"]))  # parameter order of every member's optimizer
@@ -343,9 +340,9 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
         broadcast_member(model, r["name"], 0, world)
         optimizers[r["name"]] = make_optimizer(r["name"])
         donor_of = [(r["optimizer_donors"] or {}).get(k.rsplit(".lora_", 1)[0], r["copy_optimizer_from"]) for k in keys]
-        copied = {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in states[d]["state"][k].items()}
-                  for k, d in enumerate(donor_of) if d and k in states[d]["state"]}  # clones: never share with the donor
-        if copied:
+        copied = {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in states[d]["state"][k].items()}  # own copy
+                  for k, d in enumerate(donor_of) if d and k in states[d]["state"]}
+        if copied and owner[r["name"]] == rank:  # only the child's owner steps it (SPEC §9)
             optimizers[r["name"]].load_state_dict(dict(optimizers[r["name"]].state_dict(), state=copied))
         member = next(m for m in members if m["name"] == r["name"])
         member.update(id=r["id"], mu=r["mu"], sigma=r["sigma"], lineage=member["lineage"] + [
@@ -391,9 +388,9 @@ def step_samples(step, proposals, attempts, count):
     valid proposals still shows student answers): RL bugs show in the text."""
     pairs = [(p, (p["attempts"] or [None])[0]) for p in sorted(proposals, key=lambda p: not p["valid"])[:count]]
     pairs += [(None, a) for a in attempts if a["proposal"] is None][:min(count, 1)]
-    return [{"step": step, "teacher": p and p["teacher"], "task": (p or a)["task"], "teacher_response": p and p["response"],
-             "valid": p and p["valid"], "reason": p and p["reason"], "problem": (p or a)["problem"] and problem_core(
-             (p or a)["problem"]), "student": a and a["student"], "student_response": a and a["response"],
+    return [{"step": step, "teacher": p and p["teacher"], "task": (p or a)["task"], "valid": p and p["valid"],
+             "teacher_response": p and p["response"], "reason": p and p["reason"], "problem": (p or a)["problem"] and
+             problem_core((p or a)["problem"]), "student": a and a["student"], "student_response": a and a["response"],
              "answer": a and a["answer"], "correct": a and a["correct"]} for p, a in pairs]
 
 def write_lines(path, rows):
@@ -419,7 +416,7 @@ def main(cfg):
 
     # ---- population: frozen base + one LoRA adapter per member, identical on every rank
     try:  # every rank loads (the tiny build is atomic, hub downloads lock their files)
-        base, tokenizer, model_path = population.load_base(cfg["model"], dtype, device, os.path.join(cfg["out_dir"], ".tiny"))
+        base, tokenizer, model_path = population.load_base(cfg["model"], dtype, device, f"{cfg['out_dir']}/.tiny")
     except (OSError, ValueError) as e:
         raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
     model, members = population.init_population(base, tokenizer, cfg, roles)
@@ -453,8 +450,8 @@ def main(cfg):
                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump({"config": cfg, "world": world, "resumed_from": resume, "git_commit": commit}, f, indent=1)
-    print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, engine {engine['kind']}, "
-           f"steps {start}..{cfg['steps']}" + (f", resumed from {resume}" if resume else ""))
+    print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, {engine['kind']} engine, "
+           f"steps {start}..{cfg['steps']}")
 
     for step in range(start, cfg["steps"]):
         t_step, times = time.time(), dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
@@ -463,9 +460,9 @@ def main(cfg):
 
         def generate(requests, purpose):  # ONE batched call per phase, split over ranks (SPEC §9)
             with timed(times, "generate"):
+                seed = derive_seed(cfg["seed"], step, rank, purpose)  # reproducible, also after a resume
                 return split_run(lambda share: population.generate(engine, share, cfg["temperature"], cfg["top_p"],
-                                 cfg["max_new_tokens"], derive_seed(cfg["seed"], step, rank, purpose)), requests, rank, world)
-
+                                                                   cfg["max_new_tokens"], seed), requests, rank, world)
         def check(fn, jobs):  # batched sandbox calls (validate or grade), split over ranks
             with timed(times, "verify"):
                 return iter(split_run(lambda share: run_verify(fn, share, cfg["validate_timeout"]), jobs, rank, world))
@@ -487,7 +484,8 @@ def main(cfg):
             while references and len(tokenizer(prompt)["input_ids"]) > cfg["max_prompt_tokens"]:
                 references.pop()  # deviation 4: fewer references rather than a truncated prompt
                 prompt = verify.teacher_prompt(task, references, program)
-            proposals.append(dict(teacher=teacher, member=teacher, role="teacher", task=task, program=program, attempts=[]))
+            proposals.append(dict(teacher=teacher, member=teacher, role="teacher", task=task, program=program,
+                                  attempts=[]))
             requests.append((prompt, teacher))
         for p, out in zip(proposals, generate(requests, "propose")):
             p.update(gen=out, response=out["text"],
@@ -517,9 +515,8 @@ def main(cfg):
                     for i, (teacher, student) in enumerate(plan["matches"]) for task in verify.TASKS
                     for problem, proposal in [(p["problem"], p) for p in valid_of[(teacher, task)]]
                     + [(archive[task][j], None) for j in topup[(i, task)]] for _ in range(cfg["solve_samples"])]
-        outs = generate([(verify.student_prompt(a["task"], problem_core(a["problem"])), a["student"]) for a in attempts],
-                        "solve")
-        for a, out in zip(attempts, outs):
+        requests = [(verify.student_prompt(a["task"], problem_core(a["problem"])), a["student"]) for a in attempts]
+        for a, out in zip(attempts, generate(requests, "solve")):
             a.update(gen=out, response=out["text"],
                      answer=None if out["error"] else verify.parse_student(a["task"], out["text"]))
             a["proposal"] and a["proposal"]["attempts"].append(a)
@@ -542,9 +539,9 @@ def main(cfg):
 
         # ---- ALGO 7: TRR++ advantages per (adapter, role, task) and one AdamW step per member (SPEC §5)
         with timed(times, "train"):
-            mine = [m["name"] for i, m in enumerate(members) if i % world == rank]  # SPEC §9: member i -> rank i % world
-            stats = {name: train_member(model, name, optimizers[name], [dict(x["gen"], reward=x["reward"], role=x["role"],
-                     task=x["task"]) for x in proposals + attempts if x["member"] == name], cfg) for name in mine}
+            mine = [m["name"] for i, m in enumerate(members) if i % world == rank]  # SPEC §9: member i: rank i % world
+            stats = {name: train_member(model, name, optimizers[name], [dict(x["gen"], reward=x["reward"], role=x[
+                "role"], task=x["task"]) for x in proposals + attempts if x["member"] == name], cfg) for name in mine}
             stats = {name: s for part in split_run(lambda share: [stats], list(range(world)), rank, world)
                      for name, s in part.items()}  # every rank's stats on every rank (a collective)
             for i, m in enumerate(members):
@@ -554,22 +551,23 @@ def main(cfg):
         # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair (SPEC §6)
         outcomes = []
         for teacher, student in plan["matches"]:
-            rate = mean(a["correct"] for a in attempts if a["proposal"] and (a["teacher"], a["student"]) == (teacher, student))
+            rate = mean(a["correct"] for a in attempts if a["proposal"] and a["teacher"] == teacher
+                        and a["student"] == student)
             outcome = 1 if rate is None else population.match_outcome(rate, cfg["draw_margin"])  # None: teacher loses
             if not cfg["baseline"]:  # deviation 6: a self-match carries no rating information
-                population.rate_match(*[next(m for m in members if m["name"] == n) for n in (teacher, student)], outcome)
+                population.rate_match(*[m for n in (teacher, student) for m in members if m["name"] == n], outcome)
             outcomes.append((teacher, student, rate, outcome))
 
         # ---- ALGO 9: evolution every evolve_every steps (SPEC §7)
         records = []
-        if cfg["evolve_every"] > 0 and (step + 1) % cfg["evolve_every"] == 0:
+        if cfg["evolve_every"] > 0 and (step + 1) % cfg["evolve_every"] == 0:  # true on all ranks (collectives inside)
             with timed(times, "evolve"):
                 records, next_id = evolve_population(model, members, optimizers, make_optimizer, cfg, step, next_id,
                                                      rank, world)
                 population.sync_adapters(engine, model, [r["name"] for r in records], 2 * step + 2)
 
         # ---- PLUMBING: checkpoint, then logging (rank 0; every rank holds the same gathered data)
-        if step + 1 == cfg["steps"] or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):
+        if step + 1 == cfg["steps"] or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):  # all ranks
             with timed(times, "checkpoint"):  # rank 0 gathers the Adam moments of members trained elsewhere, writes
                 parts = [None] * world
                 if world > 1:  # a collective; gather_object fills `parts` on rank 0 only
