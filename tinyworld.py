@@ -158,9 +158,9 @@ def build_pool(seed, count, levels, max_statements, grow_prob):
     """`count` valid problems {"state","program","input","output","inputs","outputs","message","parent"}: fresh
     programs, and (grow_prob) programs grown by one statement from an earlier one (parent = its index)."""
     rng, pool, tries = random.Random(seed), [], 0
-    while len(pool) < count and tries < 20:
+    while len(pool) < count and tries < 100:  # rounds of ~count/8, so later rounds can grow earlier programs
         tries, batch = tries + 1, []
-        for _ in range(count - len(pool) + 64):
+        for _ in range(min(count - len(pool) + 8, max(16, count // 8))):
             parent = rng.randrange(len(pool)) if pool and rng.random() < grow_prob else None
             if parent is not None and len(pool[parent]["state"]["steps"]) < max_statements + 2:
                 src = pool[parent]["state"]
@@ -338,8 +338,21 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
     return stats
 
 
+def write_seeds(path, world=WORLD, count=32):
+    """A start-up archive for train.py --seed_archive (AZR's seed JSON lines): `count` fresh pool problems as
+    {"snippet","input"} and as {"snippet","inputs","message"}, from a seed the warm start never saw."""
+    pool = build_pool(world["seed"] + 1000, count, world["levels"], world["max_statements"], 0.0)
+    rows = [{"snippet": p["program"], "input": p["input"]} for p in pool]
+    rows += [{"snippet": p["program"], "inputs": p["inputs"], "message": p["message"]} for p in pool]
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def warm_base(cache_dir="out/.tiny", world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
-    """Folder of the warm-started tiny base, built once per settings (key = hash of every setting) and reused."""
+    """Folder of the warm-started tiny base, built once per settings (key = hash of every setting) and reused;
+    it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive)."""
     key = hashlib.sha256(json.dumps([world, model_cfg, train, VERSION], sort_keys=True).encode()).hexdigest()[:12]
     path = os.path.join(cache_dir, f"tiny-warm-{key}")
     if not os.path.exists(os.path.join(path, "tinyworld.json")):
@@ -353,6 +366,8 @@ def warm_base(cache_dir="out/.tiny", world=WORLD, model_cfg=MODEL, train=TRAIN, 
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    if not os.path.exists(os.path.join(path, "seeds.jsonl")):
+        write_seeds(os.path.join(path, "seeds.jsonl"), world)
     return path
 
 

@@ -1,0 +1,90 @@
+"""tinyworld.py: the synthetic corpus (seeded, valid by verify.py's own rules, transcripts that parse back to their
+gold under verify's parsers, a bounded noise rate), the tokenizer (prompt text round-trips, boilerplate compresses)
+and, on a small warm start built with the same code, one train.py step that has signal: some teacher proposal is
+valid and some member gets a non-zero gradient (so rewards differed within one of its TRR++ groups).
+
+    python -m pytest tests/test_tinyworld.py -v        # -m "not slow" skips the warm start + train step
+"""
+import ast
+import json
+import os
+import random
+
+import pytest
+
+import tinyworld
+import train
+import verify
+
+
+@pytest.fixture(scope="module")
+def pool():
+    return tinyworld.build_pool(3, 24, 4, 4, 0.5)
+
+
+def test_generator_is_seeded_and_grows_one_statement():
+    a = [tinyworld.render(tinyworld.new_program(random.Random(5), 4, 3)) for _ in range(2)]
+    b = tinyworld.render(tinyworld.new_program(random.Random(6), 4, 3))
+    assert a[0] == a[1] and a[0] != b
+    state = tinyworld.new_program(random.Random(1), 2, 2)
+    before = tinyworld.render(state)
+    grown = tinyworld.grow(random.Random(2), dict(state, steps=list(state["steps"]), vars=list(state["vars"])))
+    after = tinyworld.render(grown)
+    assert len(grown["steps"]) == 3 and after.split("\n")[:-1][:len(before.split("\n")) - 1] == before.split("\n")[:-1]
+    flow = lambda level: {type(n).__name__ for seed in range(20) for n in ast.walk(ast.parse(tinyworld.render(  # noqa: E731
+        tinyworld.new_program(random.Random(seed), level, 4)))) if isinstance(n, (ast.If, ast.IfExp, ast.For))}
+    assert flow(1) == set() and flow(2) >= {"If", "IfExp"} and flow(4) == {"If", "IfExp", "For"}  # level caps templates
+
+
+def test_pool_is_valid_and_deterministic(pool):
+    assert len(pool) == 24 and tinyworld.build_pool(3, 24, 4, 4, 0.5) == pool
+    assert any(p["parent"] is not None for p in pool)
+    check = verify.validate("code_o", [{"program": p["program"], "input": p["input"]} for p in pool])
+    assert [r["output"] for r in check] == [p["output"] for p in pool]
+    assert {t for p in pool for _, t in p["state"]["args"]} >= {"int", "str", "list", "dict"}
+
+
+def test_transcripts_parse_to_their_gold(pool):
+    pairs = tinyworld.transcripts(pool, 0, 3, 0.0)
+    assert len(pairs) == 6 * len(pool) and all(r.endswith(tinyworld.END) for _, r in pairs)
+    for i, p in enumerate(pool):
+        t_o, t_i, t_f, s_o, s_i, s_f = [r[:-len(tinyworld.END)] for _, r in pairs[6 * i:6 * i + 6]]
+        assert verify.parse_teacher("code_o", t_o) == {"program": p["program"], "input": p["input"]}
+        assert verify.parse_teacher("code_i", t_i)["program"] == p["program"]
+        assert verify.parse_teacher("code_f", t_f) == {"inputs": p["inputs"], "message": p["message"]}
+        assert verify.parse_student("code_o", s_o) == p["output"] and verify.parse_student("code_i", s_i) == p["input"]
+        assert verify.parse_student("code_f", s_f) == p["program"]
+        assert pairs[6 * i + 3][0] == verify.student_prompt("code_o", {k: p[k] for k in ("program", "input", "output")})
+    noisy = tinyworld.transcripts(pool * 10, 0, 3, 0.2)
+    broken = sum(verify.parse_teacher("code_o", r) is None for _, r in noisy[0::6]) / len(noisy[0::6])
+    assert 0.0 < broken < 0.3  # about noise / 2 of the responses lose their closing tag
+
+
+def test_tokenizer_round_trips_and_compresses_the_prompts(pool):
+    pairs = tinyworld.transcripts(pool, 0, 3, 0.05)
+    tok = tinyworld.make_tokenizer([a + b for a, b in pairs], 512)
+    for prompt, response in pairs[:12]:
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == prompt and len(ids) < len(prompt.encode()) / 4
+        assert tok.decode(tok(response, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == \
+            response[:-len(tinyworld.END)]
+    odd = "ünïcode ✓ \x07 text the corpus never had"
+    assert tok.decode(tok(odd, add_special_tokens=False)["input_ids"]) == odd  # byte-level: anything encodes
+
+
+@pytest.mark.slow
+def test_one_step_on_a_small_warm_base_has_signal(tmp_path):
+    world = dict(tinyworld.WORLD, programs=160)
+    folder = tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=dict(tinyworld.TRAIN, steps=60),
+                                 log=lambda *a: None)
+    assert tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=dict(tinyworld.TRAIN, steps=60)) == folder
+    cfg = {**train.config, **dict(
+        model=folder, seed_archive=os.path.join(folder, "seeds.jsonl"), out_dir=str(tmp_path / "run"), steps=1,
+        teachers=2, students=2, propose_per_task=4, solve_samples=4, min_problems=2, references=3, max_new_tokens=160,
+        lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", evolve_every=-1, save_every=-1, engine="hf",
+        micro_batch=32, seed=3)}
+    train.main(cfg)
+    row = json.loads(open(tmp_path / "run" / "metrics.jsonl").read().splitlines()[0])
+    valid = [row[f"teacher/{m}/valid_rate/{t}"] for m in ("t0", "t1") for t in verify.TASKS]
+    assert max(valid) > 0, row
+    assert any(row[f"grad_norm/{m}"] > 0 for m in ("t0", "t1", "s0", "s1")), row  # some TRR++ group had unequal rewards
