@@ -588,7 +588,7 @@ def main(cfg):
                     len(x["gen"]["completion_ids"]) for x in proposals + attempts) / max(times["generate"], 1e-9)}
             write_lines(paths["metrics"], [row])
             write_lines(paths["samples"], step_samples(step, proposals, attempts, cfg["samples_per_step"]))
-            print0(" | ".join([f"step {step + 1}/{cfg['steps']}"] + [f"{k} {row[k]:.3f}" for k in (
+            print0(" | ".join([f"step {step + 1}/{cfg['steps']}"] + [f"{k} {row[k]:.4g}" for k in (
                 "teacher/reward", "student/reward", "archive/coverage", "time/step") if row[k] is not None]))
     if ddp:
         dist.destroy_process_group()
