@@ -425,7 +425,9 @@ def win_probability(student, teacher):
 def match_outcome(solve_rate, draw_margin):
     """1 student wins, 0 draw, -1 teacher wins. solve_rate = the student's mean correctness over the teacher's
     valid problems; None (the teacher had no valid problem) is a teacher loss. SPEC §6 [ours]."""
-    if solve_rate is None or solve_rate < 0.5 - draw_margin:
+    if solve_rate is None:
+        return 1
+    if solve_rate < 0.5 - draw_margin:
         return -1
     return 1 if solve_rate > 0.5 + draw_margin else 0
 

@@ -553,7 +553,7 @@ def main(cfg):
         for teacher, student in plan["matches"]:
             rate = mean(a["correct"] for a in attempts if a["proposal"] and a["teacher"] == teacher
                         and a["student"] == student)
-            outcome = 1 if rate is None else population.match_outcome(rate, cfg["draw_margin"])  # None: teacher loses
+            outcome = population.match_outcome(rate, cfg["draw_margin"])  # None (no valid problem): teacher loses
             if not cfg["baseline"]:  # deviation 6: a self-match carries no rating information
                 population.rate_match(*[m for n in (teacher, student) for m in members if m["name"] == n], outcome)
             outcomes.append((teacher, student, rate, outcome))

@@ -271,7 +271,7 @@ def test_vllm_sampling_seeded_per_request(vllm_population):
 
 
 def test_match_outcome_rule():
-    cases = [(None, -1), (0.0, -1), (0.44, -1), (0.45, 0), (0.5, 0), (0.55, 0), (0.56, 1), (1.0, 1)]
+    cases = [(None, 1), (0.0, -1), (0.44, -1), (0.45, 0), (0.5, 0), (0.55, 0), (0.56, 1), (1.0, 1)]
     assert [P.match_outcome(s, 0.05) for s, _ in cases] == [o for _, o in cases]
     assert P.match_outcome(0.5, 0.0) == 0 and P.match_outcome(0.6, 0.2) == 0
 
