@@ -808,12 +808,12 @@ def load_rows(cfg):
     """One engine for the checkpoint's members, the baseline's adapter and the base: two extra zero-initialised
     "both" slots (B = 0 is exactly the base; the first is overwritten by the baseline). -> (engine, {row: slot},
     {row: role}, state)."""
-    import torch
-    import population
     state = _state(cfg["ckpt"], "ckpt")
     run, roles = state["config"], [m["role"] for m in state["members"]]
     if cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")["config"].get("model") != run.get("model"):
         raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base model than --ckpt")
+    import torch
+    import population
     device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
     base, tokenizer, path = population.load_base(cfg["model"] or run["model"], dtype, device)

@@ -1,0 +1,277 @@
+"""evaluate.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify grading,
+EvalPlus/LCB grading through the real sandbox (verify.execute), hostile programs, the CLI end to end on a tiny
+checkpoint, the report figures; on ../shared (slow, skipped without it) every canonical solution of HumanEval+ and
+MBPP+ and every gold answer of the seven math sets."""
+import base64
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+
+import pytest
+
+import evaluate as E
+from conftest import ROOT, shared_path
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "bench")
+CFG = dict(E.config, data_dir=FIX, workers=2)
+# Canonical solutions known not to pass here, each with its reason (checked by test_canonical_solutions_real):
+KNOWN_CODE = {"Mbpp/599": "its 88 plus inputs take 25-80 s of CPU for the canonical solution itself, past EvalPlus's "
+                          "60 s per-task cap on a loaded machine (EvalPlus: ~51 s alone, reference/eval.md §2.3)"}
+# Gold answers that cannot be scored correct even against themselves:
+KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes 'east' (a unit "
+                                                      "word), leaving an empty gold (reference/eval.md §1.2)"}}
+
+
+def cli(*args, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+# ----------------------------------------------------------------------------- loaders and bad input
+
+def test_loaders_read_every_fixture_in_the_real_formats():
+    items = {n: E.load_benchmark(n, FIX) for n in E.BENCHMARKS}
+    assert all(len(v) >= 2 for v in items.values())
+    assert items["gsm8k"][0]["gold"] == "18" and "Janet" in items["gsm8k"][0]["question"]
+    assert items["amc23"][0]["gold"] == "27.0"
+    math500 = {it["id"]: it for it in items["math500"]}
+    assert math500["test/prealgebra/105.json"]["gold"] == "\\text{east}"   # the last \boxed{} of the solution
+    olympiad = {it["id"]: it for it in items["olympiadbench"]}
+    assert olympiad["2615"]["gold"] == "d=\\frac{1+\\sqrt{1+8 n}}{2}"       # final_answer[0] without $
+    mbpp = {it["id"]: it for it in items["mbppplus"]}
+    assert all(isinstance(a, tuple) for inp in mbpp["Mbpp/2"]["base_input"] for a in inp)   # EvalPlus's tuple args
+    assert isinstance(mbpp["Mbpp/124"]["plus_input"][0][1], complex) and mbpp["Mbpp/793"]["plus_input"] == []
+    assert mbpp["Mbpp/124"]["atol"] == 1e-4 and mbpp["Mbpp/2"]["canonical"].startswith('"""')
+    lcb = {it["id"]: it for it in items["livecodebench"]}
+    assert lcb["fx-1"]["fn_name"] == "addTwo" and len(lcb["fx-1"]["tests"]) == 3   # 1 public + 2 pickled private
+    assert lcb["fx-2"]["fn_name"] is None and lcb["fx-2"]["tests"][1]["output"] == "1.5\n2.5\n3.5\n3\n"
+    assert [len(E.load_benchmark(n, FIX, limit=1)) for n in ("gsm8k", "mbppplus")] == [1, 1]
+
+
+def test_bad_input_gives_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="gsm8k.jsonl"):
+        E.load_benchmark("gsm8k", str(tmp_path))
+    with pytest.raises(SystemExit, match="unknown benchmark"):
+        E.benchmark_names("gsm8k,humaneval++")
+    class Evil:   # a pickled LCB test field that would run os.system when unpickled by a plain pickle.loads
+        def __reduce__(self):
+            return (os.system, ("true",))
+    field = base64.b64encode(zlib.compress(pickle.dumps(Evil()))).decode()
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        E._lcb_tests(field)
+    r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k,nope", "--data_dir", FIX)
+    assert r.returncode != 0 and "unknown benchmark" in r.stderr
+    r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", str(tmp_path))
+    assert r.returncode != 0 and os.path.join(str(tmp_path), "gsm8k.jsonl") in r.stderr
+    r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", FIX)
+    assert r.returncode != 0 and "is not a checkpoint folder" in r.stderr
+    assert cli("--limt", "2").returncode == 2 and cli("--limit", "two").returncode == 2   # no abbreviations, typed
+
+
+# ----------------------------------------------------------------------------- math
+
+def test_math_extraction_and_azr_normalisation():
+    ex = E.extract_math
+    assert ex("<think>\\boxed{1}</think> <answer>so \\boxed{\\frac{1}{2}}</answer>") == "\\frac{1}{2}"
+    assert ex("no tags, \\boxed{3} then \\boxed{\\text{(C)}}") == "\\text{(C)}"
+    assert ex("<answer> 42 </answer>") == "42" and ex("x \\[ 7 \\] y \\[ 8 \\]") == "7"
+    assert ex("nothing here") == "" and ex("<answer>\\boxed{3</answer>") == ""
+    st = E.strip_string
+    assert st("\\dfrac{1}{2}") == "\\frac{1}{2}" and st("\\frac12") == "\\frac{1}{2}" and st("3/4") == "\\frac{3}{4}"
+    assert st("27.0") == "27" and st("x = 3") == "3" and st("10\\%") == "10" and st("5 \\text{ cm}") == "5"
+    assert st("\\left( 3, \\frac{\\pi}{2} \\right)") == "(3,\\frac{\\pi}{2})" and st("90^\\circ") == "90"
+    assert st("\\text{east}") == "" and st("5 m", skip_unit=True) == "5m"
+
+
+def test_math_grading_right_wrong_and_hostile_answers():
+    right = [("\\frac{1}{2}", "0.5"), ("27", "27"), ("(3,\\frac{\\pi}{2})", "(3,\\frac{\\pi}{2})"), ("[1,3]", "[1, 3]"),
+             ("x^2+2x+1", "(x+1)^2"), ("1000", "1,000")]
+    wrong = [("18", "17"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("3", ""), ("\\frac{\\sqrt{3}}{2}", "\\sin(60^\\circ)"),
+             ("2", "x" * 3000), ("1", "9^{9^{9^{9}}}"), ("4", "\\frac{1}{0}"), ("5", "\\boxed{\\boxed{\\boxed{6}}}")]
+    start = time.monotonic()
+    got = E.grade_math([(E.strip_string(g), E.strip_string(p)) for g, p in right + wrong], timeout=3.0, workers=2)
+    assert got == [True] * len(right) + [False] * len(wrong)
+    assert time.monotonic() - start < 120   # the power tower times out (3 s) instead of hanging
+
+
+def test_selfcheck_cli_on_the_fixtures():
+    r = cli("selfcheck", "--data_dir", FIX)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(report) == set(E.BENCHMARKS) - {"livecodebench"}   # LCB ships no reference solutions
+    for name, row in report.items():
+        assert row["records"] == len(E.load_benchmark(name, FIX)) and row["passed"] + len(row["failed"]) == row["records"]
+        assert set(row["failed"]) == set(KNOWN_MATH.get(name, {})), (name, row)
+
+
+# ----------------------------------------------------------------------------- code
+
+HUMANEVAL_WRONG = {   # fixture task -> (program that passes by EvalPlus's rules, program that fails)
+    0: ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
+        " for b in numbers[i + 1:])\n", "def has_close_elements(numbers, threshold):\n    return False\n"),
+    1: ("def truncate_number(number):\n    return number % 1.0 + 1e-9\n",   # inside atol 1e-6
+        "def truncate_number(number):\n    return number % 1.0 + 1e-3\n"),
+    2: ("def find_zero(xs):\n    x = 3.0\n    for _ in range(200):\n        f = sum(c * x ** i for i, c in enumerate(xs))\n"
+        "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n        x = x - f / d if d else x + 0.1\n"
+        "    return x\n",   # Newton from another start: any root with |poly| <= atol passes (special oracle)
+        "def find_zero(xs):\n    return 0.0\n"),
+}
+MBPP_WRONG = {
+    0: ("def similar_elements(a, b):\n    return tuple(sorted(set(a) & set(b), reverse=True))\n",   # set oracle
+        "def similar_elements(a, b):\n    return tuple(set(a) | set(b))\n"),
+    2: ("import re\ndef check_str(s):\n    return bool(re.match('[aeiouAEIOU]', s))\n",   # output-not-None oracle
+        "def check_str(s):\n    return None\n"),
+    4: ("def last(arr, x):\n    return max(i for i, v in enumerate(arr) if v == x)\n", "def last(arr, x):\n    return 0\n"),
+}
+
+
+def test_evalplus_grading_canonical_right_and_wrong_programs():
+    for name, table in (("humanevalplus", HUMANEVAL_WRONG), ("mbppplus", MBPP_WRONG)):
+        items = E.load_benchmark(name, FIX)
+        programs = [(k, it["canonical"]) for k, it in enumerate(items)]
+        programs += [(k, ok) for k, (ok, _) in table.items()] + [(k, bad) for k, (_, bad) in table.items()]
+        verdicts = E.grade_evalplus(name, items, programs, CFG)
+        want = [True] * len(items) + [True] * len(table) + [False] * len(table)
+        assert [v["correct"] for v in verdicts] == want, [(p[1][:40], v) for p, v in zip(programs, verdicts)]
+        assert all(v["reason"] for v in verdicts if not v["correct"])
+
+
+def test_hostile_programs_are_wrong_answers_not_crashes_or_hangs():
+    items = E.load_benchmark("humanevalplus", FIX)[:1]   # has_close_elements(numbers, threshold)
+    head = "def has_close_elements(numbers, threshold):\n"
+    hostile = [head + "    while True:\n        pass\n",
+               "import sys\nsys.exit(0)\n" + head + "    return True\n",
+               "import os\n" + head + "    os._exit(0)\n",
+               head + "    print('x' * 10**6)\n    return True\n",
+               head + "    x = [0] * (10**10)\n",
+               head + "    return has_close_elements(numbers, threshold)\n",
+               "class Equal:\n    def __eq__(self, other):\n        return True\n" + head + "    return Equal()\n",
+               "import os, signal\n" + head + "    os.kill(os.getppid(), signal.SIGKILL)\n",
+               "import sys, json\n" + head + "    sys.__stdout__.write('@@populora-eval@@' + json.dumps({'outs': [], "
+               "'times': [], 'error': ''}) + '\\n')\n    sys.stdout.write('@@populora-eval@@{}\\n')\n    raise SystemExit\n",
+               "import builtins\nbuiltins.repr = lambda x: 'True'\nbuiltins.sorted = lambda x: []\n" + head + "    return None\n",
+               "def broken(:\n"]
+    cfg = dict(CFG, min_time_limit=1.0, task_timeout=4.0)
+    start = time.monotonic()
+    verdicts = E.grade("humanevalplus", items, [(0, code) for code in hostile] + [(0, items[0]["canonical"])], cfg)
+    assert [v["correct"] for v in verdicts] == [False] * len(hostile) + [True], verdicts
+    assert all(v["reason"] for v in verdicts[:-1])
+    assert time.monotonic() - start < 120
+
+
+LCB_PROGRAMS = [   # (fixture item, program, passes?)
+    (0, "class Solution:\n    def addTwo(self, a: int, b: int) -> int:\n        return a + b\n", True),
+    (0, "class Solution:\n    def addTwo(self, a, b):\n        return a - b\n", False),
+    (0, "class Solution:\n    def addTwo(self, a, b):\n        while True:\n            pass\n", False),
+    (1, "n = int(input())\nxs = list(map(int, input().split()))\nfor x in xs:\n    print(x / 2)\nprint(n)\n", True),
+    (1, "import sys\nd = sys.stdin.read().split()\nfor x in d[1:]:\n    print('%.2f' % (int(x) / 2))\nprint(d[0])\n", True),
+    (1, "if __name__ == '__main__':\n    n = int(input())\n    print(*[int(x) / 2 for x in input().split()], sep='\\n')\n"
+        "    print(n)\n", True),
+    (1, "print(1)\n", False),
+    (1, "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", False),
+]
+
+
+def test_livecodebench_functional_and_stdin_tests():
+    items = E.load_benchmark("livecodebench", FIX)
+    verdicts = E.grade("livecodebench", items, [(k, code) for k, code, _ in LCB_PROGRAMS], dict(CFG, lcb_timeout=2.0))
+    assert [v["correct"] for v in verdicts] == [ok for _, _, ok in LCB_PROGRAMS], verdicts
+    assert "time limit" in verdicts[2]["reason"]
+
+
+def test_code_extraction():
+    evalplus = "def f(x):\n    return x + 1\n\nprint(f(1))\nassert f(2) == 3\n```\nSome explanation."
+    assert E.extract_code("humanevalplus", evalplus) == "def f(x):\n    return x + 1"
+    assert E.extract_code("mbppplus", "import math\ndef g(y):\n    return math.sqrt(y)\ndef h(\n") == "import math\n\ndef g(y):\n    return math.sqrt(y)"
+    lcb = "<think>```python\nwrong()\n```</think>\n<answer>Here:\n```python\nprint(1)\n```\nand\n```python\nprint(2)\n```</answer>"
+    assert E.extract_code("livecodebench", lcb) == "print(2)\n"
+    assert E.extract_code("livecodebench", "```python\nprint(3)\n```") == ""   # no <answer>: no program
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def _checkpoint(folder, roles, cache, scale):
+    """A saved tiny population; scale > 0 perturbs lora_B of the first member (others stay zero = the base)."""
+    import torch
+    import population as P
+    cfg = dict(model="tiny", lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0,
+               lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
+    base, tokenizer, _ = P.load_base("tiny", cache_dir=cache)
+    model, members = P.init_population(base, tokenizer, cfg, roles)
+    if scale:
+        gen = torch.Generator().manual_seed(1)
+        weights = P.get_adapter(model, members[0]["name"])
+        P.set_adapter(model, members[0]["name"], {k: torch.randn(v.shape, generator=gen) * scale if "lora_B" in k else v
+                                                  for k, v in weights.items()})
+    return P.save_checkpoint(folder, 3, model, members, {}, {"config": cfg}, {"code_i": [], "code_o": [], "code_f": []})
+
+
+def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
+    pop = _checkpoint(str(tmp_path / "pop"), ["teacher", "student"], str(tmp_path / "out" / ".tiny"), 0.5)
+    baseline = _checkpoint(str(tmp_path / "base"), ["both"], str(tmp_path / "out" / ".tiny"), 0.0)
+    r = cli("--ckpt", pop, "--baseline_ckpt", baseline, "--benchmarks", "all", "--data_dir", FIX, "--limit", "2",
+            "--engine", "hf", "--math_tokens", "12", "--lcb_tokens", "12", "--evalplus_tokens", "12",
+            "--out", str(tmp_path / "eval"), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert result["benchmarks"] == list(E.BENCHMARKS) and result["n_items"] == {n: 2 for n in E.BENCHMARKS}
+    assert set(result["scores"]) == {"t0", "s0", "base", "baseline"} and result["roles"] == {"t0": "teacher", "s0": "student"}
+    for row in result["scores"].values():
+        assert all(0.0 <= row[n] <= 100.0 for n in E.BENCHMARKS)
+        assert row["math_avg6"] == round(sum(row[n] for n in E.MATH6) / 6, 2)
+    assert list(result["table"]) == ["base", "baseline", "population mean", "best teacher", "best student", "weakest member"]
+    assert result["table"]["best teacher"]["row"] == "t0" and result["table"]["best student"]["row"] == "s0"
+    assert all(len(result["items"][n][row]) == 2 for n in E.BENCHMARKS for row in result["scores"])
+    # the zero-B slots equal the base exactly; the perturbed teacher does not (adapters really are applied)
+    text = lambda row: [s["response"] for n in E.BENCHMARKS for s in result["samples"][n][row]]   # noqa: E731
+    assert text("s0") == text("base") == text("baseline") and text("t0") != text("base")
+    md = (tmp_path / "eval" / "eval.md").read_text()
+    assert "| best teacher | t0 |" in md and "math_avg7" in md and md.count("\n|") >= 8
+
+
+def test_report_writes_every_figure(tmp_path):
+    fixtures = os.path.dirname(FIX)
+    for name, src, cfg in (("pop", "metrics_small.jsonl", {}), ("base", "metrics_small_baseline.jsonl", {"baseline": True})):
+        os.makedirs(tmp_path / name)
+        shutil.copy(os.path.join(fixtures, src), tmp_path / name / "metrics.jsonl")
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+    r = cli("report", str(tmp_path / "pop"), str(tmp_path / "base"))
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(r.stdout.strip().splitlines()[-1])["figures"]
+    assert sorted(figures) == sorted(f"{n}.png" for n in ("rates", "difficulty", "complexity", "ratings", "matches",
+                                                           "archive", "student_vs_teacher", "response_len"))
+    md = (tmp_path / "pop" / "report" / "report.md").read_text()
+    for f in figures:
+        data = (tmp_path / "pop" / "report" / f).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000 and f"({f})" in md
+    assert "pop" in md and "base (baseline)" in md
+    r = cli("report", str(tmp_path / "nothing"))
+    assert r.returncode != 0 and "metrics.jsonl not found" in r.stderr
+
+
+# ----------------------------------------------------------------------------- the real data (../shared)
+
+@pytest.mark.slow
+def test_canonical_solutions_real():
+    data = shared_path("benchmarks")
+    report = E.selfcheck(dict(E.config, data_dir=data, benchmarks="humanevalplus,mbppplus"))
+    print(json.dumps(report))
+    assert report["humanevalplus"]["records"] == 164 and report["mbppplus"]["records"] == 378
+    for row in report.values():
+        assert set(row["failed"]) <= set(KNOWN_CODE), row["failed"]
+
+
+@pytest.mark.slow
+def test_gold_answers_real():
+    data = shared_path("benchmarks")
+    report = E.selfcheck(dict(E.config, data_dir=data, benchmarks="math"))
+    print(json.dumps(report))
+    assert {n: r["records"] for n, r in report.items()} == {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500,
+                                                           "minerva_math": 272, "olympiadbench": 675, "gsm8k": 1319}
+    for name, row in report.items():
+        assert set(row["failed"]) == set(KNOWN_MATH.get(name, {})), (name, row["failed"])
