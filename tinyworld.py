@@ -38,12 +38,12 @@ import population
 import verify
 
 # ----------------------------------------------------------------------------- settings (all of them go in the cache key)
-WORLD = dict(seed=0, programs=800, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
+WORLD = dict(seed=0, programs=1500, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
              max_position_embeddings=32768, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
-TRAIN = dict(steps=150, lr=3e-3, warmup=10, batch_tokens=3000, threads=2, seed=0)
-VERSION = 1  # bump when the generator or the training code changes what gets built
+TRAIN = dict(steps=600, lr=3e-3, warmup=30, batch_tokens=1500, prompt_weight=0.25, threads=2, seed=0)
+VERSION = 2  # bump when the generator or the training code changes what gets built
 
 # ----------------------------------------------------------------------------- the program generator
 # (level, input type, output type, template, description). $a = the statement's input variable, $d = its output,
@@ -166,7 +166,8 @@ def build_pool(seed, count, levels, max_statements, grow_prob):
                 src = pool[parent]["state"]
                 state = grow(rng, dict(src, steps=list(src["steps"]), vars=list(src["vars"])))
             else:
-                parent, state = None, new_program(rng, rng.randint(1, levels), rng.randint(1, max_statements))
+                statements = min(rng.randint(1, max_statements), rng.randint(1, max_statements))  # short ones more often
+                parent, state = None, new_program(rng, rng.randint(1, levels), statements)
             batch.append(dict(state=state, program=render(state), input=make_input(rng, state),
                               inputs=[make_input(rng, state) for _ in range(verify.N_INPUTS)],
                               message=make_message(state), parent=parent))
@@ -195,7 +196,7 @@ def transcripts(pool, seed, references, noise):
     for i, p in enumerate(pool):
         problem = {k: p[k] for k in ("program", "input", "output")}
         for task in ("code_o", "code_i"):
-            refs = [pool[j] for j in rng.sample(range(len(pool)), min(references, len(pool)))]
+            refs = [pool[j] for j in rng.sample(range(len(pool)), min(rng.randint(1, references), len(pool)))]
             refs = [{k: r[k] for k in ("program", "input", "output")} for r in refs]
             think = "I will write a new function and a test input."
             if p["parent"] is not None:
@@ -309,14 +310,16 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
                 rows = [data[i] for i in plan.pop()]
                 width = max(len(p) + len(r) for p, r in rows)
                 ids = torch.full((len(rows), width), tok.pad_token_id)
-                labels = torch.full((len(rows), width), -100)  # loss on the response tokens only
+                weight = torch.zeros((len(rows), width))  # response tokens 1, prompt tokens prompt_weight
                 for b, (p, r) in enumerate(rows):
                     ids[b, :len(p) + len(r)] = torch.tensor(p + r)
-                    labels[b, len(p):len(p) + len(r)] = torch.tensor(r)
+                    weight[b, :len(p)], weight[b, len(p):len(p) + len(r)] = train["prompt_weight"], 1.0
                 lr = train["lr"] * min(1.0, (step + 1) / train["warmup"]) * 0.5 * (1 + math.cos(math.pi * step / train["steps"]))
                 for g in opt.param_groups:
                     g["lr"] = lr
-                loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=labels).loss
+                logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits[:, :-1]
+                nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+                loss = (nll * weight[:, 1:]).sum() / weight[:, 1:].sum()  # the programs in prompts teach code too
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -350,9 +353,11 @@ def write_seeds(path, world=WORLD, count=32):
     return path
 
 
-def warm_base(cache_dir="out/.tiny", world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
+def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log=print):
     """Folder of the warm-started tiny base, built once per settings (key = hash of every setting) and reused;
-    it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive)."""
+    it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive). Settings default
+    to the module's WORLD / MODEL / TRAIN at call time."""
+    world, model_cfg, train = world or WORLD, model_cfg or MODEL, train or TRAIN
     key = hashlib.sha256(json.dumps([world, model_cfg, train, VERSION], sort_keys=True).encode()).hexdigest()[:12]
     path = os.path.join(cache_dir, f"tiny-warm-{key}")
     if not os.path.exists(os.path.join(path, "tinyworld.json")):

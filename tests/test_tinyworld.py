@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+import population
 import tinyworld
 import train
 import verify
@@ -73,14 +74,29 @@ def test_tokenizer_round_trips_and_compresses_the_prompts(pool):
 
 
 @pytest.mark.slow
+def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
+    world, steps = dict(tinyworld.WORLD, programs=40), dict(tinyworld.TRAIN, steps=3)
+    a, b = (tinyworld.warm_base(str(tmp_path / d), world=world, train=steps, log=lambda *x: None) for d in "ab")
+    for name in ("model.safetensors", "tokenizer.json", "seeds.jsonl"):
+        assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read(), name
+    stamp = os.path.getmtime(os.path.join(a, "model.safetensors"))
+    assert tinyworld.warm_base(str(tmp_path / "a"), world=world, train=steps) == a  # reused, not rebuilt
+    assert os.path.getmtime(os.path.join(a, "model.safetensors")) == stamp
+    assert tinyworld.warm_base(str(tmp_path / "a"), world=world, train=dict(steps, steps=2)) != a  # new key
+    monkeypatch.setattr(tinyworld, "WORLD", world)  # small settings for what --model tiny-warm builds
+    monkeypatch.setattr(tinyworld, "TRAIN", steps)
+    base, tok, path = population.load_base("tiny-warm", cache_dir=str(tmp_path / "a"))
+    assert path == a and base.config.vocab_size == len(tok) and not any(p.requires_grad for p in base.parameters())
+
+
+@pytest.mark.slow
 def test_one_step_on_a_small_warm_base_has_signal(tmp_path):
-    world = dict(tinyworld.WORLD, programs=160)
-    folder = tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=dict(tinyworld.TRAIN, steps=60),
-                                 log=lambda *a: None)
-    assert tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=dict(tinyworld.TRAIN, steps=60)) == folder
+    # the same code as the full warm start at about a third of its corpus and training (CI time)
+    world, steps = dict(tinyworld.WORLD, programs=300), dict(tinyworld.TRAIN, steps=300, batch_tokens=1200)
+    folder = tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=steps, log=lambda *a: None)
     cfg = {**train.config, **dict(
         model=folder, seed_archive=os.path.join(folder, "seeds.jsonl"), out_dir=str(tmp_path / "run"), steps=1,
-        teachers=2, students=2, propose_per_task=4, solve_samples=4, min_problems=2, references=3, max_new_tokens=160,
+        teachers=2, students=2, propose_per_task=8, solve_samples=4, min_problems=2, references=3, max_new_tokens=160,
         lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", evolve_every=-1, save_every=-1, engine="hf",
         micro_batch=32, seed=3)}
     train.main(cfg)
