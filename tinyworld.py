@@ -38,11 +38,11 @@ import population
 import verify
 
 # ----------------------------------------------------------------------------- settings (all of them go in the cache key)
-WORLD = dict(seed=0, programs=1500, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
+WORLD = dict(seed=0, programs=600, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
              max_position_embeddings=32768, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
-TRAIN = dict(steps=600, lr=3e-3, warmup=30, batch_tokens=1500, prompt_weight=0.25, threads=2, seed=0)
+TRAIN = dict(steps=400, lr=3e-3, warmup=20, batch_tokens=1200, prompt_weight=0.25, threads=2, seed=0)
 VERSION = 2  # bump when the generator or the training code changes what gets built
 
 # ----------------------------------------------------------------------------- the program generator

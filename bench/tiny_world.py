@@ -89,6 +89,7 @@ def main():
     parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
     parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--probe", action="store_true", help="only step 0 of the population: start-up rates")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (SPEC default 1.0)")
     args = parser.parse_args()
     start = time.time()
     with contextlib.redirect_stdout(sys.stderr):
@@ -99,7 +100,8 @@ def main():
         out = os.path.join(args.out, name + ("_probe" if args.probe else ""))
         if os.path.exists(os.path.join(out, "metrics.jsonl")):
             os.remove(os.path.join(out, "metrics.jsonl"))  # a fresh run, not a resume
-        rows, wall = run(world_cfg(model, out, steps=1 if args.probe else args.steps, engine=args.engine, **roles))
+        rows, wall = run(world_cfg(model, out, steps=1 if args.probe else args.steps, engine=args.engine,
+                                    temperature=args.temperature, **roles))
         result[name] = summary(rows, wall)
     if not args.probe:
         report = subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), "report",

@@ -1,7 +1,8 @@
 """tinyworld.py: the synthetic corpus (seeded, valid by verify.py's own rules, transcripts that parse back to their
 gold under verify's parsers, a bounded noise rate), the tokenizer (prompt text round-trips, boilerplate compresses)
-and, on a small warm start built with the same code, one train.py step that has signal: some teacher proposal is
-valid and some member gets a non-zero gradient (so rewards differed within one of its TRR++ groups).
+a small warm start (seeded: same bytes twice; cached by its settings; what load_base("tiny-warm") returns) and, on
+THE warm base (default settings, cached in out/.tiny like train.py's), one train.py step that has signal: some
+teacher proposal is valid and some member gets a non-zero gradient (rewards differed within a TRR++ group).
 
     python -m pytest tests/test_tinyworld.py -v        # -m "not slow" skips the warm start + train step
 """
@@ -14,6 +15,7 @@ import pytest
 
 import population
 import tinyworld
+from conftest import ROOT
 import train
 import verify
 
@@ -90,10 +92,10 @@ def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_one_step_on_a_small_warm_base_has_signal(tmp_path):
-    # the same code as the full warm start at about a third of its corpus and training (CI time)
-    world, steps = dict(tinyworld.WORLD, programs=300), dict(tinyworld.TRAIN, steps=300, batch_tokens=1200)
-    folder = tinyworld.warm_base(str(tmp_path / "cache"), world=world, train=steps, log=lambda *a: None)
+def test_one_step_on_the_warm_base_has_signal(tmp_path):
+    # THE warm base (the default settings), cached where `train.py --model tiny-warm` and bench/tiny_world.py put it:
+    # built once per checkout (about 2 minutes of 2 free cores: corpus ~10 s, 400 training steps ~105 s), then reused
+    folder = tinyworld.warm_base(os.path.join(ROOT, "out", ".tiny"))
     cfg = {**train.config, **dict(
         model=folder, seed_archive=os.path.join(folder, "seeds.jsonl"), out_dir=str(tmp_path / "run"), steps=1,
         teachers=2, students=2, propose_per_task=8, solve_samples=4, min_problems=2, references=3, max_new_tokens=160,
@@ -104,3 +106,4 @@ def test_one_step_on_a_small_warm_base_has_signal(tmp_path):
     valid = [row[f"teacher/{m}/valid_rate/{t}"] for m in ("t0", "t1") for t in verify.TASKS]
     assert max(valid) > 0, row
     assert any(row[f"grad_norm/{m}"] > 0 for m in ("t0", "t1", "s0", "s1")), row  # some TRR++ group had unequal rewards
+    assert sum(row[f"archive/size/{t}"] for t in verify.TASKS) > 3 * 32  # valid proposals joined the 3 x 32 seeds
