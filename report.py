@@ -44,6 +44,7 @@ def load_run(folder):
     if os.path.isfile(os.path.join(folder, "config.json")):
         with open(os.path.join(folder, "config.json")) as f:
             cfg = json.load(f)
+    cfg = cfg.get("config", cfg)   # train.py writes {"config": {...}, "git_commit": ...}
     name = os.path.basename(os.path.normpath(folder)) + (" (baseline)" if cfg.get("baseline") else "")
     return {"name": name, "rows": sorted((r for r in rows if "step" in r), key=lambda r: r["step"])}
 

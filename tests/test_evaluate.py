@@ -15,13 +15,14 @@ import zlib
 import pytest
 
 import evaluate as E
+import graders as G
 from conftest import ROOT, shared_path
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "bench")
 CFG = dict(E.config, data_dir=FIX, workers=2)
 # Canonical solutions known not to pass here, each with its reason (checked by test_canonical_solutions_real):
-KNOWN_CODE = {"Mbpp/599": "its 88 plus inputs take 25-80 s of CPU for the canonical solution itself, past EvalPlus's "
-                          "60 s per-task cap on a loaded machine (EvalPlus: ~51 s alone, reference/eval.md §2.3)"}
+KNOWN_CODE = {"Mbpp/599": "the canonical solution itself needs 25-50 s of CPU for its 88 plus inputs (EvalPlus: ~51 s, "
+                          "reference/eval.md §2.3), close to the 60 s per-task cap: passes here, may not on a slower machine"}
 # Gold answers that cannot be scored correct even against themselves:
 KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes 'east' (a unit "
                                                       "word), leaving an empty gold (reference/eval.md §1.2)"}}
@@ -81,7 +82,7 @@ def test_math_extraction_and_azr_normalisation():
     assert ex("no tags, \\boxed{3} then \\boxed{\\text{(C)}}") == "\\text{(C)}"
     assert ex("<answer> 42 </answer>") == "42" and ex("x \\[ 7 \\] y \\[ 8 \\]") == "7"
     assert ex("nothing here") == "" and ex("<answer>\\boxed{3</answer>") == ""
-    st = E.strip_string
+    st = G.strip_string
     assert st("\\dfrac{1}{2}") == "\\frac{1}{2}" and st("\\frac12") == "\\frac{1}{2}" and st("3/4") == "\\frac{3}{4}"
     assert st("27.0") == "27" and st("x = 3") == "3" and st("10\\%") == "10" and st("5 \\text{ cm}") == "5"
     assert st("\\left( 3, \\frac{\\pi}{2} \\right)") == "(3,\\frac{\\pi}{2})" and st("90^\\circ") == "90"
@@ -94,7 +95,7 @@ def test_math_grading_right_wrong_and_hostile_answers():
     wrong = [("18", "17"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("3", ""), ("\\frac{\\sqrt{3}}{2}", "\\sin(60^\\circ)"),
              ("2", "x" * 3000), ("1", "9^{9^{9^{9}}}"), ("4", "\\frac{1}{0}"), ("5", "\\boxed{\\boxed{\\boxed{6}}}")]
     start = time.monotonic()
-    got = E.grade_math([(E.strip_string(g), E.strip_string(p)) for g, p in right + wrong], timeout=3.0, workers=2)
+    got = G.grade_math([(G.strip_string(g), G.strip_string(p)) for g, p in right + wrong], timeout=3.0, workers=2)
     assert got == [True] * len(right) + [False] * len(wrong)
     assert time.monotonic() - start < 120   # the power tower times out (3 s) instead of hanging
 
@@ -135,7 +136,7 @@ def test_evalplus_grading_canonical_right_and_wrong_programs():
         items = E.load_benchmark(name, FIX)
         programs = [(k, it["canonical"]) for k, it in enumerate(items)]
         programs += [(k, ok) for k, (ok, _) in table.items()] + [(k, bad) for k, (_, bad) in table.items()]
-        verdicts = E.grade_evalplus(name, items, programs, CFG)
+        verdicts = G.grade_evalplus(name, items, programs, CFG)
         want = [True] * len(items) + [True] * len(table) + [False] * len(table)
         assert [v["correct"] for v in verdicts] == want, [(p[1][:40], v) for p, v in zip(programs, verdicts)]
         assert all(v["reason"] for v in verdicts if not v["correct"])
@@ -236,7 +237,7 @@ def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
 
 def test_report_writes_every_figure(tmp_path):
     fixtures = os.path.dirname(FIX)
-    for name, src, cfg in (("pop", "metrics_small.jsonl", {}), ("base", "metrics_small_baseline.jsonl", {"baseline": True})):
+    for name, src, cfg in (("pop", "metrics_small.jsonl", {}), ("base", "metrics_small_baseline.jsonl", {"config": {"baseline": True}})):
         os.makedirs(tmp_path / name)
         shutil.copy(os.path.join(fixtures, src), tmp_path / name / "metrics.jsonl")
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
