@@ -91,6 +91,19 @@ def parse_config(defaults, argv):
     return vars(parser.parse_args(argv))  # unknown flags and bad values: argparse says why, exits 2
 
 
+def check_config(cfg):
+    """Bad values stop here, before any data or model is loaded."""
+    for key, allowed in (("math_prompt", ("azr", "azr_boxed")), ("engine", ("vllm", "hf", "auto"))):
+        if cfg[key] not in allowed:
+            raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {', '.join(allowed)}")
+    for key, value in cfg.items():   # budgets must be > 0; counts (limit, workers) and the seed >= 0
+        positive = key.endswith(("timeout", "time_limit", "factor", "tokens", "len", "memory_mb", "utilization"))
+        if isinstance(value, (int, float)) and (value <= 0 if positive else value < 0):
+            raise SystemExit(f"--{key} {value}: must be {'> 0' if positive else '>= 0'}")
+    benchmark_names(cfg["benchmarks"])
+    return cfg
+
+
 def benchmark_names(spec):
     names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec) or [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -395,10 +408,11 @@ def summarize(scores, roles):
     return table
 
 
-def markdown(table, names, title):
+def markdown(table, names, title, skipped=()):
     cols = names + ["code_avg", "math_avg6", "math_avg7"]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"   # noqa: E731
-    lines = [f"# {title}", "", "Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.", "",
+    note = f" Averages cover the benchmarks shown; not evaluated (no data file): {', '.join(skipped)}." if skipped else ""
+    lines = [f"# {title}", "", f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
              "| | member | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
     lines += [f"| {label} | {r['row']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for label, r in table.items()]
     return "\n".join(lines) + "\n"
@@ -448,8 +462,9 @@ def evaluate(cfg):
               "benchmarks": list(data), "skipped": skipped, "n_items": {n: len(d) for n, d in data.items()},
               "roles": roles, "scores": scores, "table": table, "items": items_out, "samples": samples}
     _save(os.path.join(out, "eval.json"), json.dumps(result, indent=1))
-    _save(os.path.join(out, "eval.md"), markdown(table, list(data), f"Evaluation of {cfg['ckpt']} (step {state.get('step')})"))
-    print(markdown(table, list(data), f"Evaluation of {cfg['ckpt']}"), flush=True)
+    text = markdown(table, list(data), f"Evaluation of {cfg['ckpt']} (step {state.get('step')})", list(skipped))
+    _save(os.path.join(out, "eval.md"), text)
+    print(text, flush=True)
     return result
 
 
@@ -476,12 +491,12 @@ if __name__ == "__main__":
         import report
         report.main(sys.argv[2:])
     elif sys.argv[1:2] == ["selfcheck"]:
-        cfg = parse_config(config, sys.argv[2:])
+        cfg = check_config(parse_config(config, sys.argv[2:]))
         if not cfg["data_dir"]:
             raise SystemExit("selfcheck needs --data_dir (a folder of benchmark JSONL files)")
         print(json.dumps(selfcheck(cfg)), flush=True)
     else:
-        cfg = parse_config(config, sys.argv[1:])
+        cfg = check_config(parse_config(config, sys.argv[1:]))
         if not cfg["ckpt"]:
             raise SystemExit("--ckpt is required (a checkpoint folder out_dir/step_NNNNNN); see --help")
         evaluate(cfg)

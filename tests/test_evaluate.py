@@ -72,6 +72,9 @@ def test_bad_input_gives_clear_errors(tmp_path):
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", FIX)
     assert r.returncode != 0 and "is not a checkpoint folder" in r.stderr
     assert cli("--limt", "2").returncode == 2 and cli("--limit", "two").returncode == 2   # no abbreviations, typed
+    for flag, value in (("--engine", "tpu"), ("--math_prompt", "cot"), ("--lcb_timeout", "0"), ("--limit", "-1")):
+        r = cli("--ckpt", str(tmp_path), flag, value)
+        assert r.returncode != 0 and flag in r.stderr, (flag, r.stderr)
 
 
 # ----------------------------------------------------------------------------- math
