@@ -120,8 +120,14 @@ def _records(name, data_dir):
         path = os.path.join(data_dir, f"{name}.jsonl")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{name}: no data file {path} (see ../shared/benchmarks/README.md for the format)")
+        rows = []
         with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            for n, line in enumerate(f, 1):
+                try:
+                    rows += [json.loads(line)] if line.strip() else []
+                except ValueError as e:
+                    raise SystemExit(f"{path} line {n} is not JSON: {e}") from None
+        return rows
     source = SOURCES[name]
     if isinstance(source, str):   # EvalPlus release asset
         import gzip
@@ -181,7 +187,13 @@ def load_benchmark(name, data_dir, limit=0):
     """Plain dicts with "id" and what prompting and grading need: math {"question", "gold"} (gold before
     normalisation); EvalPlus {"prompt", "entry_point", "canonical", "base_input", "plus_input", "atol"};
     LCB {"question", "starter_code", "fn_name" (None = stdin), "tests": [{"input", "output"}]}."""
-    rows = _records(name, data_dir)[:limit or None]
+    try:
+        return _items(name, _records(name, data_dir)[:limit or None])
+    except (KeyError, TypeError, IndexError, AttributeError) as e:
+        raise SystemExit(f"{name}: a record lacks a field of the expected format ({e!r})") from None
+
+
+def _items(name, rows):
     items = []
     for k, r in enumerate(rows):
         if name in CODE[:2]:

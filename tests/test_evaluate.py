@@ -1,4 +1,4 @@
-"""evaluate.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify grading,
+"""evaluate.py, graders.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify grading,
 EvalPlus/LCB grading through the real sandbox (verify.execute), hostile programs, the CLI end to end on a tiny
 checkpoint, the report figures; on ../shared (slow, skipped without it) every canonical solution of HumanEval+ and
 MBPP+ and every gold answer of the seven math sets."""
@@ -55,8 +55,15 @@ def test_loaders_read_every_fixture_in_the_real_formats():
 
 
 def test_bad_input_gives_clear_errors(tmp_path):
+    os.makedirs(tmp_path / "empty")
     with pytest.raises(FileNotFoundError, match="gsm8k.jsonl"):
+        E.load_benchmark("gsm8k", str(tmp_path / "empty"))
+    (tmp_path / "gsm8k.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": oops}\n')
+    with pytest.raises(SystemExit, match="line 2 is not JSON"):
         E.load_benchmark("gsm8k", str(tmp_path))
+    (tmp_path / "aime24.jsonl").write_text('{"problem": "1+1?"}\n')
+    with pytest.raises(SystemExit, match="lacks a field"):
+        E.load_benchmark("aime24", str(tmp_path))
     with pytest.raises(SystemExit, match="unknown benchmark"):
         E.benchmark_names("gsm8k,humaneval++")
     class Evil:   # a pickled LCB test field that would run os.system when unpickled by a plain pickle.loads
@@ -67,8 +74,8 @@ def test_bad_input_gives_clear_errors(tmp_path):
         E._lcb_tests(field)
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k,nope", "--data_dir", FIX)
     assert r.returncode != 0 and "unknown benchmark" in r.stderr
-    r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", str(tmp_path))
-    assert r.returncode != 0 and os.path.join(str(tmp_path), "gsm8k.jsonl") in r.stderr
+    r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", str(tmp_path / "empty"))
+    assert r.returncode != 0 and os.path.join(str(tmp_path / "empty"), "gsm8k.jsonl") in r.stderr
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", FIX)
     assert r.returncode != 0 and "is not a checkpoint folder" in r.stderr
     assert cli("--limt", "2").returncode == 2 and cli("--limit", "two").returncode == 2   # no abbreviations, typed
