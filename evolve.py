@@ -83,11 +83,12 @@ def _apply(parents, fn):
         cdt = torch.float64 if dtype == torch.float64 else torch.float32
         dev = first[group[0] + A_KEY].device
         As = [torch.stack([p[s + A_KEY] for s in group]).to(dev, cdt) for p in parents]
-        Bs = [torch.stack([p[s + B_KEY] for s in group]).to(dev, cdt) for p in parents]
+        # B stacks are column-major views, the layout LAPACK's QR wants: saves a transposing copy per call
+        Bs = [torch.stack([p[s + B_KEY].mT for s in group]).to(dev, cdt).mT for p in parents]
         A, B = fn(As, Bs, group)
         for i, s in enumerate(group):
             for key, val in ((s + A_KEY, A[i]), (s + B_KEY, B[i])):
-                child[key] = val.to(first[key].device, first[key].dtype, copy=True)
+                child[key] = val.to(first[key].device, first[key].dtype, copy=True, memory_format=torch.contiguous_format)
     return child
 
 
@@ -138,7 +139,7 @@ def qr_svd(Bs, As, weights):
     U [M, out, r], S [M, r] (descending), V [M, in, r], U and V orthonormal; by Eckart–Young U·diag(S)·Vᵀ is the
     best rank-r approximation. Cost O((out + in)·(kr)²), never O(out·in)."""
     M, r = As[0].shape[:2]
-    Qb, Rb = torch.linalg.qr(torch.cat(Bs, dim=-1))                        # [B_1 … B_k] = Qb Rb, [M, out, kr]
+    Qb, Rb = torch.linalg.qr(torch.cat([B.mT for B in Bs], -2).mT)         # [B_1 … B_k] = Qb Rb, [M, out, kr]
     Qa, Ra = torch.linalg.qr(torch.cat(As, dim=-2).mT)                     # [A_1; …; A_k]ᵀ = Qa Ra
     w = torch.stack([torch.as_tensor(x, dtype=Rb.dtype, device=Rb.device).expand(M) for x in weights], -1)
     Rb = Rb * w.repeat_interleave(r, -1)[:, None, :]                       # [w_i B_i] = Qb (Rb·diag(w)), cheaper
@@ -175,31 +176,25 @@ def _target(norm, Bs, As, weights=None):
 
 
 def _refactor(U, S, V, a_rms, gen, target=None):
-    """Rank-r factors from components (U [M,out,r], S [M,r], V [M,in,r]): balanced √S split, optional norm
-    match to `target`, gauge fix and dead-slot refill. U, V need not be orthonormal (component_splice)."""
-    eps = torch.finfo(S.dtype).eps
-    live = S > S.abs().amax(-1, keepdim=True) * (1e3 * eps)               # σ_j at rounding level counts as dead
+    """Rank-r factors B = U·diag(√S/c), A = diag(c·√S)·Vᵀ from components U [M,out,r], S [M,r], V [M,in,r]
+    (reference/evolve.md §6.1), fused into one scale per slot:
+    - balanced split: √S on both sides;
+    - norm match (optional): S scaled so ‖ΔW_child‖ = target; ‖Σ s_j u_j v_jᵀ‖² = sᵀ(UᵀU ⊙ VᵀV)s, since U, V
+      need not be orthonormal (component_splice);
+    - gauge fix: c makes the live A rows' RMS norm equal the parents' (a_rms) — LoRA's effective per-factor
+      learning rates depend on that scale (∂L/∂B ∝ A, ∂L/∂A ∝ B); ΔW is unchanged;
+    - dead-slot refill: a slot with σ_j at rounding level gets b_j = 0 and a random A row of norm 1/√3
+      orthogonal to the live rows, so it trains again (∂L/∂b_j ∝ a_j); ΔW is unchanged."""
+    live = S > S.abs().amax(-1, keepdim=True) * (1e3 * torch.finfo(S.dtype).eps)
     S = S.clamp_min(0) * live
-    if target is not None:                                                 # scale σ so ‖ΔW_child‖ = target
-        cur = fro(U * S.sqrt()[..., None, :], S.sqrt()[..., :, None] * V.mT)
+    if target is not None:
+        cur = ((U.mT @ U) * (V.mT @ V) * S[..., :, None] * S[..., None, :]).sum((-2, -1)).clamp_min(0).sqrt()
         S = S * torch.where(cur > 0, target / cur.clamp_min(1e-300), torch.ones_like(cur))[:, None]
-    sq = S.sqrt()
-    B, A = U * sq[..., None, :], sq[..., :, None] * V.mT
-    return _finish(A, B, live, a_rms, gen)
-
-
-def _finish(A, B, live, a_rms, gen):
-    """Gauge fix and dead-slot refill (reference/evolve.md §6.1). A [M,r,in], B [M,out,r], live [M,r] bool.
-
-    Gauge: A ← c·A, B ← B/c with c making the live rows' RMS norm equal the parents' (a_rms), since LoRA's
-    effective per-factor learning rates depend on that scale. Refill: dead slot j gets b_j = 0 and a random
-    A row of norm 1/√3 orthogonal to the live rows (∂L/∂b_j ∝ a_j, so the slot trains again); ΔW unchanged."""
-    A, B = A * live[..., :, None], B * live[..., None, :]
     n_live = live.sum(-1)
-    rms = A.square().sum((-2, -1)).div(n_live.clamp_min(1)).sqrt()
+    rms = ((S * V.square().sum(-2)).sum(-1) / n_live.clamp_min(1)).sqrt()  # ‖A row j‖² = S_j·‖v_j‖²
     ok = (n_live > 0) & (rms > 0) & (a_rms > 0)
-    c = torch.where(ok, a_rms / rms.clamp_min(1e-300), torch.ones_like(rms))[:, None, None]
-    A, B = A * c, B / c
+    c = torch.where(ok, a_rms / rms.clamp_min(1e-300), torch.ones_like(rms))[:, None]
+    B, A = U * (S.sqrt() / c)[..., None, :], (S.sqrt() * c)[..., :, None] * V.mT
     if not live.all():
         G = _randn(A.shape, gen, A)                                        # [M, r, in]
         if A.shape[-1] > A.shape[-2]:                                      # room to be orthogonal to all rows
@@ -536,7 +531,8 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     """One evolution event (SPEC §7). Within each role of size >= 2, rank by μ − 3σ and replace the bottom
     ⌈evolve_frac·n⌉ (never the best). Each child: with probability crossover_prob a crossover of two distinct
     parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator is drawn uniformly from the
-    enabled list. Parents are read from `adapters` (name -> adapter) as they were before this step.
+    enabled list (both lists empty: copy_parent). Parents are read from `adapters` (name -> adapter) as they
+    were before this step; nothing in `members` or `adapters` is modified.
 
     cfg: evolve_frac (0.25), crossover_prob (0.5), mutations / crossovers (comma-separated names), optional
     evolve_hp {operator: {hp: value}}. Returns one record per child: {"name" (slot replaced), "id",
@@ -568,8 +564,8 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                 parents, kind = [top[draw(len(top))]], "mutation"
                 op = mutations[draw(len(mutations))] if mutations else "copy_parent"
             hp = dict(hps.get(op, {}))
-            if op == "weighted_multi" and "weights" not in hp:
-                hp.setdefault("fitness", [score[p["name"]] for p in parents])
+            if op == "weighted_multi" and "weights" not in hp:  # [ours] fitness in σ0 units: T = 1 then tilts
+                hp.setdefault("fitness", [score[p["name"]] / SIGMA0 for p in parents])  # mildly, not a copy
             child, info = apply_operator(op, kind, [adapters[p["name"]] for p in parents], generator, **hp)
             names = [p["name"] for p in parents]
             donors = {s: names[d] for s, d in info["donors"].items()} if "donors" in info else None

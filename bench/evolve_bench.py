@@ -105,6 +105,7 @@ def main():
             gen = torch.Generator().manual_seed(args.seed)
             s, (child, info) = timed(lambda: evolve.apply_operator(name, kind, parents, gen), args.repeats)
             seconds[name] = round(s, 4)
+            print(f"{kind} {name}: {s:.3f} s", file=sys.stderr, flush=True)  # progress; stdout keeps the JSON
             if info["fallback"]:
                 fallbacks.append(f"{name}: {info['reason']}")
             del child
@@ -120,7 +121,9 @@ def main():
         qr_s, _ = timed(lambda: evolve.delta_lincomb_svd(sub[0], sub[1], gen, w=0.5, norm="keep"), 5)
         qr64_s, qr64 = timed(lambda: qr_product(sub, stem, torch.float64), 3)
         qr32 = qr_product(sub, stem, torch.float32)
+        print(f"QR route {qr_s:.4f} s; dense float32 SVD of one down_proj (minutes) ...", file=sys.stderr, flush=True)
         dense_s, dense32 = dense_route(sub, stem, args.rank, torch.float32)
+        print(f"dense float32 {dense_s:.1f} s; dense float64 ...", file=sys.stderr, flush=True)
         dense64_s, dense64 = dense_route(sub, stem, args.rank, torch.float64)
         result.update({
             "dense_module_s": round(dense_s, 3), "qr_module_s": round(qr_s, 5), "ratio": round(dense_s / qr_s, 1),

@@ -65,7 +65,7 @@ def test_same_keys_shapes_dtypes_devices_and_finite(kind, name):
     assert list(child) == list(parents[0])
     for k, v in child.items():
         assert (v.shape, v.dtype, v.device) == (parents[0][k].shape, parents[0][k].dtype, parents[0][k].device), k
-        assert torch.isfinite(v).all(), k
+        assert torch.isfinite(v).all() and v.is_contiguous(), k                      # contiguous: safetensors
 
 
 @pytest.mark.parametrize("kind,name", OPS)
