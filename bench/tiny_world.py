@@ -14,6 +14,12 @@ then `evaluate.py report` draws both runs on the same axes. Prints ONE JSON line
 Settings chosen once, before any run, not tuned on the outcome: LoRA rank 8 on q/k/v/o at lr 1e-3 (the tiny base
 has 1M parameters, 1e-5 would move nothing in 20 steps), 4 proposals per teacher and task type, 4 attempts per
 problem, evolution every 5 steps, 3 references (the warm start saw 3).
+
+Measured once (--steps 10, shared 2-core CPU, population 36 s/step vs baseline 4.7 s/step): teacher validity
+0.15 -> 0.05 (population, mean of the last 3 steps) vs 0.08 -> 0.08 (baseline); student format 0.23 -> 0.70 in
+both; solve rate 0.00-0.03 every step in both (no oscillation to speak of); complexity flat (loc ~4, cyclomatic
+~1.3); archive coverage 10/4096 cells throughout (new problems land in the seeds' cells); TrueSkill mu after 10
+steps: students 25.6-33.2, teachers 24.4-27.2. The warm base is too weak for an arms race yet (see tinyworld.py).
 """
 import argparse
 import contextlib
