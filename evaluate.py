@@ -74,9 +74,11 @@ SOURCES = {"aime24": ("HuggingFaceH4/aime_2024", None, "train"), "aime25": ("mat
            "amc23": ("math-ai/amc23", None, "test"), "math500": ("HuggingFaceH4/MATH-500", None, "test"),
            "minerva_math": ("math-ai/minervamath", None, "test"), "gsm8k": ("openai/gsm8k", "main", "test"),
            "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
-           "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/HumanEvalPlus.jsonl.gz",
+           "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/"
+                            "HumanEvalPlus.jsonl.gz",
            "mbppplus": "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/MbppPlus.jsonl.gz",
-           "livecodebench": ("livecodebench/code_generation_lite", ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)])}
+           "livecodebench": ("livecodebench/code_generation_lite",
+                             ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)])}
 R1 = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
       "assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
       "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
@@ -105,7 +107,8 @@ def check_config(cfg):
 
 
 def benchmark_names(spec):
-    names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec) or [s.strip() for s in spec.split(",") if s.strip()]
+    names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec) or [s.strip() for s in spec.split(",")
+                                                                           if s.strip()]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)} (or all, code, math)")
@@ -206,8 +209,9 @@ def _items(name, rows):
         elif name == "livecodebench":
             meta = json.loads(r.get("metadata") or "{}")
             tests = _lcb_tests(r["public_test_cases"]) + _lcb_tests(r["private_test_cases"])
-            items.append(dict(id=r["question_id"], question=r["question_content"], starter_code=r.get("starter_code") or "",
-                              fn_name=meta.get("func_name"), tests=[{"input": t["input"], "output": t["output"]} for t in tests]))
+            items.append(dict(id=r["question_id"], question=r["question_content"],
+                              starter_code=r.get("starter_code") or "", fn_name=meta.get("func_name"),
+                              tests=[{"input": t["input"], "output": t["output"]} for t in tests]))
         else:
             if name in ("math500", "minerva_math"):
                 gold = _unbox(r.get("solution")) or str(r.get("answer", ""))   # AZR: last \boxed{} of the solution
@@ -223,7 +227,8 @@ def _items(name, rows):
 
 
 # EvalPlus stores MBPP+ inputs as JSON; these tasks take tuples/sets/complex (evalplus/data/mbpp.py facts)
-_MBPP_TUPLE_ARGS = {2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726, 740, 744, 809}
+_MBPP_TUPLE_ARGS = {2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726, 740,
+                    744, 809}
 _MBPP_TUPLE_LISTS = {63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780}
 
 
@@ -286,7 +291,8 @@ def make_prompt(name, item, cfg):
         question += " (Yes or No)"
     elif item["gold"].strip().lower() in ("true", "false"):
         question += " (True or False)"
-    hint = " The final answer in <answer> </answer> is extracted from \\boxed{}." if cfg["math_prompt"] == "azr_boxed" else ""
+    boxed = cfg["math_prompt"] == "azr_boxed"
+    hint = " The final answer in <answer> </answer> is extracted from \\boxed{}." * boxed
     return f"{R1}{hint} User: {question}\nAssistant: <think>"
 
 
@@ -324,7 +330,8 @@ def extract_code(name, response):
             continue
         except (RecursionError, MemoryError):
             return ""
-        keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+        keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                ast.AnnAssign)
         tree.body = [node for node in tree.body if isinstance(node, keep)]
         try:
             return ast.unparse(tree)
@@ -337,7 +344,8 @@ def grade(name, items, answers, cfg):
     """One benchmark, many answers: [(item index, extracted answer or program)] -> [{"correct", "reason", ...}]."""
     if name in MATH7:
         skip = name == "minerva_math"   # AZR: no unit stripping for Minerva (deviation 3 for its golds)
-        pairs = [(graders.strip_string(items[k]["gold"], skip), graders.strip_string(a, skip) if a else "") for k, a in answers]
+        pairs = [(graders.strip_string(items[k]["gold"], skip), graders.strip_string(a, skip) if a else "")
+                 for k, a in answers]
         return [{"correct": c, "reason": "" if c else "not equivalent"}
                 for c in graders.grade_math(pairs, cfg["math_timeout"], cfg["workers"], name)]
     todo = [(n, k, code) for n, (k, code) in enumerate(answers) if code.strip()]
@@ -370,14 +378,15 @@ def load_rows(cfg):
     {row: role}, state)."""
     state = _state(cfg["ckpt"], "ckpt")
     run, roles = state["config"], [m["role"] for m in state["members"]]
-    if cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")["config"].get("model") != run.get("model"):
+    baseline = cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")
+    if baseline and baseline["config"].get("model") != run.get("model"):
         raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base model than --ckpt")
     import torch
     import population
     device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
     base, tokenizer, path = population.load_base(cfg["model"] or run["model"], dtype, device)
-    model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(cfg["baseline_ckpt"])))
+    model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(baseline)))
     own, extra = members[:len(roles)], members[len(roles):]
     try:
         population.load_checkpoint(cfg["ckpt"], model, own, {})
@@ -412,7 +421,8 @@ def summarize(scores, roles):
         table["baseline"] = dict(scores["baseline"], row="baseline")
     table["population mean"] = dict({k: _mean(scores[r].get(k) for r in members) for k in keys}, row="mean")
     key = lambda r: scores[r]["overall"] if scores[r]["overall"] is not None else -1.0   # noqa: E731
-    for label, pool, pick in (("best teacher", "teacher", max), ("best student", "student", max), ("weakest member", None, min)):
+    for label, pool, pick in (("best teacher", "teacher", max), ("best student", "student", max),
+                              ("weakest member", None, min)):
         candidates = [r for r in members if pool is None or roles[r] in (pool, "both")]
         if candidates:
             r = pick(candidates, key=key)
@@ -423,10 +433,11 @@ def summarize(scores, roles):
 def markdown(table, names, title, skipped=()):
     cols = names + ["code_avg", "math_avg6", "math_avg7"]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"   # noqa: E731
-    note = f" Averages cover the benchmarks shown; not evaluated (no data file): {', '.join(skipped)}." if skipped else ""
+    note = f" Averages cover the benchmarks shown; not evaluated (no data file): {', '.join(skipped)}." * bool(skipped)
     lines = [f"# {title}", "", f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
              "| | member | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
-    lines += [f"| {label} | {r['row']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for label, r in table.items()]
+    lines += [f"| {label} | {r['row']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |"
+              for label, r in table.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -450,13 +461,13 @@ def evaluate(cfg):
             skipped[name] = str(e)
             print(f"skipping {name}: {e}", flush=True)
     engine, rows, roles, state = load_rows(cfg)
-    budget = lambda n: cfg["math_tokens"] if n in MATH7 else cfg["lcb_tokens"] if n == "livecodebench" else cfg["evalplus_tokens"]  # noqa: E731
+    budget = {n: cfg["math_tokens"] for n in MATH7} | {"livecodebench": cfg["lcb_tokens"]}   # else EvalPlus's
     scores, items_out, samples = {r: {} for r in rows}, {}, {}
     for name in tqdm(list(data), desc="benchmarks"):
         items = data[name]
         prompts = [make_prompt(name, it, cfg) for it in items]
         outs = population.generate(engine, [(p, slot) for slot in rows.values() for p in prompts], temperature=0.0,
-                                   top_p=1.0, max_new_tokens=budget(name), seed=cfg["seed"])
+                                   top_p=1.0, max_new_tokens=budget.get(name, cfg["evalplus_tokens"]), seed=cfg["seed"])
         texts = [o["text"] for o in outs]
         answers = [extract_math(t) if name in MATH7 else extract_code(name, t) for t in texts]
         verdicts = grade(name, items, [(n % len(items), a) for n, a in enumerate(answers)], cfg)
@@ -465,8 +476,9 @@ def evaluate(cfg):
             part = verdicts[j * len(items):(j + 1) * len(items)]
             scores[row][name] = round(100.0 * sum(v["correct"] for v in part) / max(1, len(items)), 2)
             items_out[name][row] = [int(v["correct"]) for v in part]
-            samples.setdefault(name, {})[row] = [{"id": items[k]["id"], "response": texts[j * len(items) + k][-2000:],
-                                                 "answer": answers[j * len(items) + k][:1000], **part[k]} for k in range(min(2, len(items)))]
+            samples.setdefault(name, {})[row] = [   # the first two items: the text shows what went wrong
+                {"id": items[k]["id"], "response": texts[j * len(items) + k][-2000:],
+                 "answer": answers[j * len(items) + k][:1000], **part[k]} for k in range(min(2, len(items)))]
     table = summarize(scores, roles)
     out = cfg["out"] or cfg["ckpt"]
     os.makedirs(out, exist_ok=True)

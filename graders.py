@@ -38,12 +38,13 @@ MARK = "@@populora-eval@@"   # prefix of the harness's one result line in the sa
 # ----------------------------------------------------------------------------- math
 
 # AZR's unit words (from MathQA, via Qwen2.5-Math's parser); used as regexes, unescaped, as there
-UNITS = ("east|degree|mph|kmph|ft|m sqaure| m east|sq m|deg|mile|q .|monkey|prime|ratio|profit of rs|rd|o|gm|p . m|lb|"
-         "tile|per|dm|lt|gain|ab|way|west|a .|b .|c .|d .|e .|f .|g .|h .|t|a|h|no change|men|soldier|pie|bc|excess|st|"
-         "inches|noon|percent|by|gal|kmh|c|acre|rise|a . m|th|π r 2|sq|mark|l|toy|coin|sq . m|gallon|° f|profit|minw|yr|"
-         "women|feet|am|pm|hr|cu cm|square|v â € ™|are|rupee|rounds|cubic|cc|mtr|s|ohm|number|kmph|day|hour|minute|min|"
-         "second|man|woman|sec|cube|mt|sq inch|mp|∏ cm ³|hectare|more|sec|unit|cu . m|cm 2|rs .|rs|kg|g|month|km|m|cm|"
-         "mm|apple|liter|loss|yard|pure|year|increase|decrease|d|less|Surface|litre|pi sq m|s .|metre|meter|inch").split("|")
+UNITS = ("east|degree|mph|kmph|ft|m sqaure| m east|sq m|deg|mile|q .|monkey|prime|ratio|profit of rs|rd|o|gm|"
+         "p . m|lb|tile|per|dm|lt|gain|ab|way|west|a .|b .|c .|d .|e .|f .|g .|h .|t|a|h|no change|men|"
+         "soldier|pie|bc|excess|st|inches|noon|percent|by|gal|kmh|c|acre|rise|a . m|th|π r 2|sq|mark|l|toy|"
+         "coin|sq . m|gallon|° f|profit|minw|yr|women|feet|am|pm|hr|cu cm|square|v â € ™|are|rupee|rounds|"
+         "cubic|cc|mtr|s|ohm|number|kmph|day|hour|minute|min|second|man|woman|sec|cube|mt|sq inch|mp|∏ cm ³|"
+         "hectare|more|sec|unit|cu . m|cm 2|rs .|rs|kg|g|month|km|m|cm|mm|apple|liter|loss|yard|pure|year|"
+         "increase|decrease|d|less|Surface|litre|pi sq m|s .|metre|meter|inch").split("|")
 UNITS += [u + "s" for u in UNITS]
 
 
@@ -80,7 +81,8 @@ def strip_string(s, skip_unit=False):
                 t = re.sub(r"(^|\W)" + unit + r"($|\W)", r"\1\2", s)
                 if t:
                     s = t
-    s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\$", "").replace("$", "").replace("\\(", "").replace("\\)", "")
+    for old in ("^{\\circ}", "^\\circ", "\\$", "$", "\\(", "\\)"):   # degrees, dollars, inline-math delimiters
+        s = s.replace(old, "")
     s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
     for key in ("x=", "y=", "z=", "x\\in", "y\\in", "z\\in", "x\\to", "y\\to", "z\\to"):
         s = s.replace(key, "")
@@ -166,7 +168,8 @@ def _plain(x):
         types = set(map(type, level))
         if not types <= ok:
             return False
-        if int in types and not -10**18 < min(e for e in level if type(e) is int) <= max(e for e in level if type(e) is int) < 10**18:
+        ints = [e for e in level if type(e) is int] if int in types else ()
+        if ints and not -10**18 < min(ints) <= max(ints) < 10**18:
             return False
         if float in types and not all(f == f and not f.is_integer() for f in level if type(f) is float):
             return False
@@ -333,10 +336,12 @@ def _harness():
     real_out.write(MARK + dumps(res) + "\n")
 
 
-HARNESS = "\n\n".join([f"import itertools\nMARK = {MARK!r}"] + [inspect.getsource(f) for f in (_plain, _write, _canon, _numeric, _emit, _lines, _harness)])
+HARNESS = "\n\n".join([f"import itertools\nMARK = {MARK!r}"] +
+                      [inspect.getsource(f) for f in (_plain, _write, _canon, _numeric, _emit, _lines, _harness)])
 HARNESS += "\n_harness()\n"
-LCB_PRELUDE = "".join(f"from {m} import *\n" for m in ("string re datetime collections heapq bisect copy math random "
-                                                       "statistics itertools functools operator io sys json builtins typing").split())
+LCB_PRELUDE = "".join(f"from {m} import *\n" for m in (   # lcb_runner's import_string, prepended to every program
+    "string re datetime collections heapq bisect copy math random statistics itertools functools operator io sys json "
+    "builtins typing").split())
 LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics, itertools, "
                 "functools, operator, io, sys, json\nsys.setrecursionlimit(50000)\n")
 
@@ -344,7 +349,8 @@ LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, 
 def run_jobs(payloads, timeouts, desc, memory_mb):
     """Harness runs through verify.execute, in chunks for the progress bar -> [result dict | {"error"}]."""
     import verify
-    jobs = [{"code": HARNESS, "stdin": json.dumps(p), "timeout": t, "memory_mb": memory_mb} for p, t in zip(payloads, timeouts)]
+    jobs = [{"code": HARNESS, "stdin": json.dumps(p), "timeout": t, "memory_mb": memory_mb}
+            for p, t in zip(payloads, timeouts)]
     order = sorted(range(len(jobs)), key=lambda i: (-timeouts[i], -len(jobs[i]["stdin"])))   # long ones first
     results, step = [None] * len(jobs), 4096   # big chunks: a chunk waits for its slowest job
     for k in tqdm(range(0, len(jobs), step), desc=desc, leave=False, disable=len(jobs) <= step):
@@ -382,7 +388,8 @@ def _same(name, item, args, exp, out, atol):
         if name == "mbppplus" and ep == "digit_distance_nums":   # Mbpp/558: or zero-padded digit distance
             x, y = str(args[0]), str(args[1])
             width = max(len(x), len(y))
-            return exact or out["h"] == _emit(sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(width), y.zfill(width))))["h"]
+            distance = sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(width), y.zfill(width)))
+            return exact or out["h"] == _emit(distance)["h"]
         if name == "humanevalplus" and ep == "find_zero":    # HumanEval/32: any root, |poly(x)| <= atol
             return abs(sum(c * math.pow(_value(out), i) for i, c in enumerate(args[0]))) <= atol
     except (TypeError, ValueError, OverflowError, IndexError, KeyError):
@@ -436,7 +443,8 @@ def grade_evalplus(name, items, programs, cfg):
             for lo, hi in _pieces(len(it[p + "_input"])):
                 keys.append((k, p))
                 payloads.append(payload(it, it["canonical"], p, lo, hi, [0] * (hi - lo), True))
-    refs = _grouped(keys, run_jobs(payloads, [cfg["reference_timeout"]] * len(payloads), f"{name} reference", cfg["memory_mb"]))
+    refs = _grouped(keys, run_jobs(payloads, [cfg["reference_timeout"]] * len(payloads), f"{name} reference",
+                                   cfg["memory_mb"]))
     keys, payloads, timeouts = [], [], []
     for n, (k, code) in enumerate(programs):
         for p in parts:
@@ -459,7 +467,8 @@ def grade_evalplus(name, items, programs, cfg):
             elif sum(run["times"]) > cfg["task_timeout"]:   # EvalPlus caps a whole base/plus run
                 why = f"{sum(run['times']):.1f} s over the {cfg['task_timeout']} s cap"
             else:
-                bad = next((i for i, a in enumerate(args) if not _same(name, items[k], a, ref["outs"][i], run["outs"][i], items[k]["atol"])), None)
+                bad = next((i for i, a in enumerate(args)
+                            if not _same(name, items[k], a, ref["outs"][i], run["outs"][i], items[k]["atol"])), None)
                 why = "" if bad is None else f"wrong output on input {bad}"
             ok.append(not why)
             reason = reason or (f"{p}: {why}" if why else "")

@@ -51,7 +51,8 @@ def load_run(folder):
 
 def series(run, key):
     """(steps, values) where the key has a number (None / missing steps are gaps, not zeros)."""
-    pts = [(r["step"], r[key]) for r in run["rows"] if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    pts = [(r["step"], r[key]) for r in run["rows"]
+           if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -67,13 +68,18 @@ def keys(runs, pattern):
     return sorted(found.items())
 
 
+def tag(label, run, runs):
+    """Legend text: the series, and the run when several share the axes."""
+    return f"{label} · {run['name']}" if len(runs) > 1 else label
+
+
 def lines(ax, runs, key_labels, title, ylabel=""):
     for style, run in zip(STYLES * 4, runs):
         for colour, (key, label) in enumerate(key_labels):
             x, y = series(run, key)
             if x:
                 ax.plot(x, y, style, color=f"C{colour % 10}", marker="." if len(x) < 30 else None,
-                        label=f"{label} · {run['name']}" if len(runs) > 1 else label)
+                        label=tag(label, run, runs))
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("step", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
@@ -100,13 +106,16 @@ def draw_all(runs, out):
     figs = {}
 
     def rates(ax):
-        lines(ax[0], runs, [("teacher/format_rate", "format")] + task_keys("teacher/valid_rate/{}"), "teachers: format and validity rate")
-        lines(ax[1], runs, [("student/format_rate", "format")] + task_keys("student/solve_rate/{}"), "students: format and solve rate")
+        lines(ax[0], runs, [("teacher/format_rate", "format")] + task_keys("teacher/valid_rate/{}"),
+              "teachers: format and validity rate")
+        lines(ax[1], runs, [("student/format_rate", "format")] + task_keys("student/solve_rate/{}"),
+              "students: format and solve rate")
     figure(os.path.join(out, "rates.png"), 2, rates)
     figs["rates"] = "Teacher format/validity and student format/solve rates per task type (population aggregate)."
 
     def difficulty(ax):
-        lines(ax[0], runs, [("teacher/difficulty", "difficulty")], "teacher difficulty (1 - solve rate of valid problems)")
+        lines(ax[0], runs, [("teacher/difficulty", "difficulty")],
+              "teacher difficulty (1 - solve rate of valid problems)")
         lines(ax[1], runs, [("teacher/reward", "teacher"), ("student/reward", "student")], "mean reward")
     figure(os.path.join(out, "difficulty.png"), 2, difficulty)
     figs["difficulty"] = "Difficulty of valid proposals and mean rewards."
@@ -122,9 +131,10 @@ def draw_all(runs, out):
             for colour, (key, (name,)) in enumerate(keys([run], r"rating/([^/]+)/mu")):
                 x, mu = series(run, key)
                 _, sd = series(run, f"rating/{name}/sigma")
-                ax[0].plot(x, mu, style, color=f"C{colour % 10}", label=f"{name} · {run['name']}" if len(runs) > 1 else name)
+                ax[0].plot(x, mu, style, color=f"C{colour % 10}", label=tag(name, run, runs))
                 if len(sd) == len(mu):
-                    ax[0].fill_between(x, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)], color=f"C{colour % 10}", alpha=0.1)
+                    ax[0].fill_between(x, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)],
+                                       color=f"C{colour % 10}", alpha=0.1)
             for s in evolution_steps(run):
                 ax[0].axvline(s, color="grey", linestyle=":", linewidth=0.8)
         ax[0].set_title("TrueSkill mu +- sigma per member (dotted: evolution)", fontsize=9)
@@ -136,11 +146,12 @@ def draw_all(runs, out):
 
     def matches(ax):
         for style, run in zip(STYLES * 4, runs):
-            outcomes = [[r[k] for k in r if re.fullmatch(r"match/[^/]+/[^/]+/outcome", k) and r[k] is not None] for r in run["rows"]]
+            outcomes = [[r[k] for k in r if re.fullmatch(r"match/[^/]+/[^/]+/outcome", k) and r[k] is not None]
+                        for r in run["rows"]]
             steps = [r["step"] for r in run["rows"]]
             for colour, (value, label) in enumerate(((1, "student wins"), (0, "draws"), (-1, "teacher wins"))):
                 share = [sum(o == value for o in os_) / len(os_) if os_ else math.nan for os_ in outcomes]
-                ax[0].plot(steps, share, style, color=f"C{colour}", label=f"{label} · {run['name']}" if len(runs) > 1 else label)
+                ax[0].plot(steps, share, style, color=f"C{colour}", label=tag(label, run, runs))
             wins = {}   # member -> running (wins, matches) from its own side
             for r in run["rows"]:
                 for k, v in r.items():
@@ -152,7 +163,7 @@ def draw_all(runs, out):
                             xs.append(r["step"])
                             ys.append((w + won) / (n + 1))
             for colour, (who, (_, _, xs, ys)) in enumerate(sorted(wins.items())):
-                ax[1].plot(xs, ys, style, color=f"C{colour % 10}", label=f"{who} · {run['name']}" if len(runs) > 1 else who)
+                ax[1].plot(xs, ys, style, color=f"C{colour % 10}", label=tag(who, run, runs))
         ax[0].set_title("match outcomes per step (share of matches)", fontsize=9)
         ax[1].set_title("running win rate, each member from its own side", fontsize=9)
         for a in ax:
@@ -160,7 +171,8 @@ def draw_all(runs, out):
             if a.lines:
                 a.legend(fontsize=6)
     figure(os.path.join(out, "matches.png"), 2, matches)
-    figs["matches"] = "Outcomes from both perspectives: students' wins, draws and teachers' wins; per-member running win rates."
+    figs["matches"] = ("Outcomes from both perspectives: students' wins, draws and teachers' wins; per-member running "
+                       "win rates.")
 
     def archive(ax):
         lines(ax[0], runs, [("archive/coverage", "coverage")], "archive coverage (share of 4096 CVT cells)")
@@ -172,8 +184,8 @@ def draw_all(runs, out):
     if pop:
         pairs = [g for _, g in keys([pop], r"match/([^/]+)/([^/]+)/solve_rate")]
         teachers, students = sorted({t for t, _ in pairs}), sorted({s for _, s in pairs})
-        rows = pop["rows"]
-        windows = [rows[i * len(rows) // min(4, len(rows)):(i + 1) * len(rows) // min(4, len(rows))] for i in range(min(4, len(rows)))]
+        rows, parts = pop["rows"], min(4, len(pop["rows"]))   # up to four windows of consecutive steps
+        windows = [rows[i * len(rows) // parts:(i + 1) * len(rows) // parts] for i in range(parts)]
 
         def heat(ax):
             for a, win in zip(ax, windows):
@@ -184,10 +196,12 @@ def draw_all(runs, out):
                 a.set_title(f"steps {win[0]['step']}-{win[-1]['step']}", fontsize=9)
             plt.colorbar(image, ax=ax[-1], label="student solve rate")
         figure(os.path.join(out, "student_vs_teacher.png"), len(windows), heat, 3.2)
-        figs["student_vs_teacher"] = f"Solve rate of each student (rows) against each teacher (columns) of {pop['name']}, per window of steps (blank: never matched)."
+        figs["student_vs_teacher"] = (f"Solve rate of each student (rows) against each teacher (columns) of "
+                                      f"{pop['name']}, per window of steps (blank: never matched).")
 
     def length(ax):
-        lines(ax[0], runs, [("response_len/teacher", "teacher"), ("response_len/student", "student")], "response length (tokens)")
+        lines(ax[0], runs, [("response_len/teacher", "teacher"), ("response_len/student", "student")],
+              "response length (tokens)")
     figure(os.path.join(out, "response_len.png"), 1, length, 6.5)
     figs["response_len"] = "Mean completion length of teacher and student responses."
     return figs
@@ -199,7 +213,8 @@ def _mean(values):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="evaluate.py report", description=__doc__.strip().split("\n\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="evaluate.py report", description=__doc__.strip().split("\n\n")[0],
+                                     allow_abbrev=False)
     parser.add_argument("runs", nargs="+", help="training out_dirs (metrics.jsonl); the first is the population run")
     parser.add_argument("--out", default="", help="folder for the PNGs and report.md (default: FIRST_RUN/report)")
     args = parser.parse_args(argv)
@@ -209,12 +224,14 @@ def main(argv):
     out = args.out or os.path.join(args.runs[0], "report")
     os.makedirs(out, exist_ok=True)
     figs = draw_all(runs, out)
-    text = ["# Training report", "", "| run | steps | last step: teacher validity | student solve rate | archive coverage |", "|---|---|---|---|---|"]
+    text = ["# Training report", "", "| run | steps | last step: teacher validity | student solve rate | "
+            "archive coverage |", "|---|---|---|---|---|"]
     for run in runs:
         last = run["rows"][-1] if run["rows"] else {}
         valid = _mean([last.get(f"teacher/valid_rate/{t}") for t in TASKS])
         solve = _mean([last.get(f"student/solve_rate/{t}") for t in TASKS])
-        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {solve:.3f} | {last.get('archive/coverage') or 0:.4f} |")
+        coverage = last.get("archive/coverage") or 0.0
+        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {solve:.3f} | {coverage:.4f} |")
     text += [""] + [f"## {name}\n\n![{name}]({name}.png)\n\n{caption}\n" for name, caption in figs.items()]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(text))

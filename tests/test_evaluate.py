@@ -1,5 +1,5 @@
-"""evaluate.py, graders.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify grading,
-EvalPlus/LCB grading through the real sandbox (verify.execute), hostile programs, the CLI end to end on a tiny
+"""evaluate.py, graders.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify
+grading, EvalPlus/LCB grading through the real sandbox (verify.execute), hostile programs, the CLI end to end on a tiny
 checkpoint, the report figures; on ../shared (slow, skipped without it) every canonical solution of HumanEval+ and
 MBPP+ and every gold answer of the seven math sets."""
 import base64
@@ -22,7 +22,8 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures", "bench")
 CFG = dict(E.config, data_dir=FIX, workers=2)
 # Canonical solutions known not to pass here, each with its reason (checked by test_canonical_solutions_real):
 KNOWN_CODE = {"Mbpp/599": "the canonical solution itself needs 25-50 s of CPU for its 88 plus inputs (EvalPlus: ~51 s, "
-                          "reference/eval.md §2.3), close to the 60 s per-task cap: passes here, may not on a slower machine"}
+                          "reference/eval.md §2.3), close to the 60 s per-task cap: passes here, may not on a slower "
+                          "machine"}
 # Gold answers that cannot be scored correct even against themselves:
 KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes 'east' (a unit "
                                                       "word), leaving an empty gold (reference/eval.md §1.2)"}}
@@ -102,8 +103,9 @@ def test_math_extraction_and_azr_normalisation():
 def test_math_grading_right_wrong_and_hostile_answers():
     right = [("\\frac{1}{2}", "0.5"), ("27", "27"), ("(3,\\frac{\\pi}{2})", "(3,\\frac{\\pi}{2})"), ("[1,3]", "[1, 3]"),
              ("x^2+2x+1", "(x+1)^2"), ("1000", "1,000")]
-    wrong = [("18", "17"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("3", ""), ("\\frac{\\sqrt{3}}{2}", "\\sin(60^\\circ)"),
-             ("2", "x" * 3000), ("1", "9^{9^{9^{9}}}"), ("4", "\\frac{1}{0}"), ("5", "\\boxed{\\boxed{\\boxed{6}}}")]
+    wrong = [("18", "17"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("3", ""),
+             ("\\frac{\\sqrt{3}}{2}", "\\sin(60^\\circ)"), ("2", "x" * 3000), ("1", "9^{9^{9^{9}}}"),
+             ("4", "\\frac{1}{0}"), ("5", "\\boxed{\\boxed{\\boxed{6}}}")]
     start = time.monotonic()
     got = G.grade_math([(G.strip_string(g), G.strip_string(p)) for g, p in right + wrong], timeout=3.0, workers=2)
     assert got == [True] * len(right) + [False] * len(wrong)
@@ -116,20 +118,24 @@ def test_selfcheck_cli_on_the_fixtures():
     report = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(report) == set(E.BENCHMARKS) - {"livecodebench"}   # LCB ships no reference solutions
     for name, row in report.items():
-        assert row["records"] == len(E.load_benchmark(name, FIX)) and row["passed"] + len(row["failed"]) == row["records"]
+        assert row["records"] == len(E.load_benchmark(name, FIX))
+        assert row["passed"] + len(row["failed"]) == row["records"]
         assert set(row["failed"]) == set(KNOWN_MATH.get(name, {})), (name, row)
 
 
 # ----------------------------------------------------------------------------- code
 
 HUMANEVAL_WRONG = {   # fixture task -> (program that passes by EvalPlus's rules, program that fails)
-    0: ("def has_close_elements(numbers, threshold):\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers)"
-        " for b in numbers[i + 1:])\n", "def has_close_elements(numbers, threshold):\n    return False\n"),
+    0: ("def has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n",
+        "def has_close_elements(numbers, threshold):\n    return False\n"),
     1: ("def truncate_number(number):\n    return number % 1.0 + 1e-9\n",   # inside atol 1e-6
         "def truncate_number(number):\n    return number % 1.0 + 1e-3\n"),
-    2: ("def find_zero(xs):\n    x = 3.0\n    for _ in range(200):\n        f = sum(c * x ** i for i, c in enumerate(xs))\n"
-        "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n        x = x - f / d if d else x + 0.1\n"
-        "    return x\n",   # Newton from another start: any root with |poly| <= atol passes (special oracle)
+    # Newton from another start: any root with |poly| <= atol passes (HumanEval/32's special oracle)
+    2: ("def find_zero(xs):\n    x = 3.0\n    for _ in range(200):\n"
+        "        f = sum(c * x ** i for i, c in enumerate(xs))\n"
+        "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
+        "        x = x - f / d if d else x + 0.1\n    return x\n",
         "def find_zero(xs):\n    return 0.0\n"),
 }
 MBPP_WRONG = {
@@ -137,7 +143,8 @@ MBPP_WRONG = {
         "def similar_elements(a, b):\n    return tuple(set(a) | set(b))\n"),
     2: ("import re\ndef check_str(s):\n    return bool(re.match('[aeiouAEIOU]', s))\n",   # output-not-None oracle
         "def check_str(s):\n    return None\n"),
-    4: ("def last(arr, x):\n    return max(i for i, v in enumerate(arr) if v == x)\n", "def last(arr, x):\n    return 0\n"),
+    4: ("def last(arr, x):\n    return max(i for i, v in enumerate(arr) if v == x)\n",
+        "def last(arr, x):\n    return 0\n"),
 }
 
 
@@ -164,8 +171,10 @@ def test_hostile_programs_are_wrong_answers_not_crashes_or_hangs():
                "class Equal:\n    def __eq__(self, other):\n        return True\n" + head + "    return Equal()\n",
                "import os, signal\n" + head + "    os.kill(os.getppid(), signal.SIGKILL)\n",
                "import sys, json\n" + head + "    sys.__stdout__.write('@@populora-eval@@' + json.dumps({'outs': [], "
-               "'times': [], 'error': ''}) + '\\n')\n    sys.stdout.write('@@populora-eval@@{}\\n')\n    raise SystemExit\n",
-               "import builtins\nbuiltins.repr = lambda x: 'True'\nbuiltins.sorted = lambda x: []\n" + head + "    return None\n",
+               "'times': [], 'error': ''}) + '\\n')\n    sys.stdout.write('@@populora-eval@@{}\\n')\n"
+               "    raise SystemExit\n",
+               "import builtins\nbuiltins.repr = lambda x: 'True'\nbuiltins.sorted = lambda x: []\n" + head +
+               "    return None\n",
                "def broken(:\n"]
     cfg = dict(CFG, min_time_limit=1.0, task_timeout=4.0)
     start = time.monotonic()
@@ -180,9 +189,10 @@ LCB_PROGRAMS = [   # (fixture item, program, passes?)
     (0, "class Solution:\n    def addTwo(self, a, b):\n        return a - b\n", False),
     (0, "class Solution:\n    def addTwo(self, a, b):\n        while True:\n            pass\n", False),
     (1, "n = int(input())\nxs = list(map(int, input().split()))\nfor x in xs:\n    print(x / 2)\nprint(n)\n", True),
-    (1, "import sys\nd = sys.stdin.read().split()\nfor x in d[1:]:\n    print('%.2f' % (int(x) / 2))\nprint(d[0])\n", True),
-    (1, "if __name__ == '__main__':\n    n = int(input())\n    print(*[int(x) / 2 for x in input().split()], sep='\\n')\n"
-        "    print(n)\n", True),
+    (1, "import sys\nd = sys.stdin.read().split()\nfor x in d[1:]:\n    print('%.2f' % (int(x) / 2))\n"
+        "print(d[0])\n", True),   # "0.50" vs "0.5": equal as Decimals
+    (1, "if __name__ == '__main__':\n    n = int(input())\n"
+        "    print(*[int(x) / 2 for x in input().split()], sep='\\n')\n    print(n)\n", True),
     (1, "print(1)\n", False),
     (1, "import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", False),
 ]
@@ -198,8 +208,10 @@ def test_livecodebench_functional_and_stdin_tests():
 def test_code_extraction():
     evalplus = "def f(x):\n    return x + 1\n\nprint(f(1))\nassert f(2) == 3\n```\nSome explanation."
     assert E.extract_code("humanevalplus", evalplus) == "def f(x):\n    return x + 1"
-    assert E.extract_code("mbppplus", "import math\ndef g(y):\n    return math.sqrt(y)\ndef h(\n") == "import math\n\ndef g(y):\n    return math.sqrt(y)"
-    lcb = "<think>```python\nwrong()\n```</think>\n<answer>Here:\n```python\nprint(1)\n```\nand\n```python\nprint(2)\n```</answer>"
+    cut = "import math\ndef g(y):\n    return math.sqrt(y)\ndef h(\n"   # cut off at the token budget
+    assert E.extract_code("mbppplus", cut) == "import math\n\ndef g(y):\n    return math.sqrt(y)"
+    lcb = ("<think>```python\nwrong()\n```</think>\n<answer>Here:\n```python\nprint(1)\n```\nand\n"
+           "```python\nprint(2)\n```</answer>")
     assert E.extract_code("livecodebench", lcb) == "print(2)\n"
     assert E.extract_code("livecodebench", "```python\nprint(3)\n```") == ""   # no <answer>: no program
 
@@ -231,11 +243,13 @@ def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert result["benchmarks"] == list(E.BENCHMARKS) and result["n_items"] == {n: 2 for n in E.BENCHMARKS}
-    assert set(result["scores"]) == {"t0", "s0", "base", "baseline"} and result["roles"] == {"t0": "teacher", "s0": "student"}
+    assert set(result["scores"]) == {"t0", "s0", "base", "baseline"}
+    assert result["roles"] == {"t0": "teacher", "s0": "student"}
     for row in result["scores"].values():
         assert all(0.0 <= row[n] <= 100.0 for n in E.BENCHMARKS)
         assert row["math_avg6"] == round(sum(row[n] for n in E.MATH6) / 6, 2)
-    assert list(result["table"]) == ["base", "baseline", "population mean", "best teacher", "best student", "weakest member"]
+    assert list(result["table"]) == ["base", "baseline", "population mean", "best teacher", "best student",
+                                     "weakest member"]
     assert result["table"]["best teacher"]["row"] == "t0" and result["table"]["best student"]["row"] == "s0"
     assert all(len(result["items"][n][row]) == 2 for n in E.BENCHMARKS for row in result["scores"])
     # the zero-B slots equal the base exactly; the perturbed teacher does not (adapters really are applied)
@@ -247,7 +261,8 @@ def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
 
 def test_report_writes_every_figure(tmp_path):
     fixtures = os.path.dirname(FIX)
-    for name, src, cfg in (("pop", "metrics_small.jsonl", {}), ("base", "metrics_small_baseline.jsonl", {"config": {"baseline": True}})):
+    for name, src, cfg in (("pop", "metrics_small.jsonl", {}),
+                           ("base", "metrics_small_baseline.jsonl", {"config": {"baseline": True}})):
         os.makedirs(tmp_path / name)
         shutil.copy(os.path.join(fixtures, src), tmp_path / name / "metrics.jsonl")
         (tmp_path / name / "config.json").write_text(json.dumps(cfg))
