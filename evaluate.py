@@ -369,7 +369,10 @@ def _state(folder, flag):
         state["config"], state["members"]
         return state
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"--{flag} {folder!r} is not a checkpoint folder (out_dir/step_NNNNNN with state.json): {e}")
+        steps = sorted(n for n in os.listdir(folder) if n.startswith("step_")) if os.path.isdir(folder) else []
+        hint = f"; did you mean {os.path.join(folder, steps[-1])}?" if steps else ""
+        raise SystemExit(f"--{flag} {folder!r} is not a checkpoint folder (out_dir/step_NNNNNN with state.json): "
+                         f"{e}{hint}")
 
 
 def load_rows(cfg):
@@ -381,10 +384,14 @@ def load_rows(cfg):
     baseline = cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")
     if baseline and baseline["config"].get("model") != run.get("model"):
         raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base model than --ckpt")
+    import importlib.util
     import torch
     import population
-    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
+    cuda = torch.cuda.is_available()
+    engine = cfg["engine"] if cfg["engine"] != "auto" else "vllm" if cuda and importlib.util.find_spec("vllm") else "hf"
+    # with vLLM our copy of the model only writes adapter files: keep it off the GPU, where vLLM holds its own
+    device = cfg["device"] or ("cuda" if cuda and engine == "hf" else "cpu")
+    dtype = cfg["dtype"] or ("bfloat16" if cuda else "float32")
     base, tokenizer, path = population.load_base(cfg["model"] or run["model"], dtype, device)
     model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(baseline)))
     own, extra = members[:len(roles)], members[len(roles):]
@@ -398,7 +405,7 @@ def load_rows(cfg):
     rows.update({"baseline": extra[0]["name"]} if cfg["baseline_ckpt"] else {}, base=extra[-1]["name"])
     engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"], seed=cfg["seed"], dtype=dtype,
                       gpu_memory_utilization=cfg["gpu_memory_utilization"])
-    engine = population.make_engine(cfg["engine"], path, model, tokenizer, own + extra, engine_cfg)
+    engine = population.make_engine(engine, path, model, tokenizer, own + extra, engine_cfg)
     return engine, rows, {m["name"]: m["role"] for m in own}, state
 
 
