@@ -87,6 +87,7 @@ config = dict(
     device="",                      # "" = cuda when available, else cpu
     dtype="",                       # "" = bfloat16 on GPU, float32 on CPU
     gpu_memory_utilization=0.4,     # share of GPU memory vLLM may take (training uses the rest); lower on OOM
+    model_cache="out/.tiny",        # where the built-in `tiny` / `tiny-warm` bases are built once and reused
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/ checkpoints
     save_every=10,                  # steps between checkpoints (the last step is always saved); -1 = only the last
     resume="",                      # "" = fresh, "auto" = newest checkpoint in out_dir, or a step_NNNNNN folder
@@ -416,7 +417,7 @@ def main(cfg):
 
     # ---- population: frozen base + one LoRA adapter per member, identical on every rank
     try:  # every rank loads (the tiny build is atomic, hub downloads lock their files)
-        base, tokenizer, model_path = population.load_base(cfg["model"], dtype, device, f"{cfg['out_dir']}/.tiny")
+        base, tokenizer, model_path = population.load_base(cfg["model"], dtype, device, cfg["model_cache"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
     model, members = population.init_population(base, tokenizer, cfg, roles)
