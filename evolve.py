@@ -87,26 +87,26 @@ def _apply(parents, fn):
         Bs = [torch.stack([p[s + B_KEY].mT for s in group]).to(dev, cdt).mT for p in parents]
         A, B = fn(As, Bs, group)
         for i, s in enumerate(group):
-            for key, val in ((s + A_KEY, A[i]), (s + B_KEY, B[i])):
-                child[key] = val.to(first[key].device, first[key].dtype, copy=True, memory_format=torch.contiguous_format)
+            for key, val in ((s + A_KEY, A[i]), (s + B_KEY, B[i])):  # contiguous copies (safetensors needs that)
+                child[key] = val.to(first[key].device, first[key].dtype, copy=True,
+                                    memory_format=torch.contiguous_format)
     return child
 
 
-def _gen_device(gen, like):
-    return gen.device if gen is not None else like.device
-
-
+# Random draws happen on the generator's device and move to `like`'s: a CPU generator also serves CUDA tensors.
 def _randn(shape, gen, like):
-    """Standard normals drawn on the generator's device (a CPU generator also serves CUDA tensors)."""
-    return torch.randn(shape, generator=gen, device=_gen_device(gen, like), dtype=like.dtype).to(like.device)
+    dev = gen.device if gen is not None else like.device
+    return torch.randn(shape, generator=gen, device=dev, dtype=like.dtype).to(like.device)
 
 
 def _rand(shape, gen, like):
-    return torch.rand(shape, generator=gen, device=_gen_device(gen, like), dtype=like.dtype).to(like.device)
+    dev = gen.device if gen is not None else like.device
+    return torch.rand(shape, generator=gen, device=dev, dtype=like.dtype).to(like.device)
 
 
 def _randint(lo, hi, shape, gen, like):
-    return torch.randint(lo, hi, shape, generator=gen, device=_gen_device(gen, like)).to(like.device)
+    dev = gen.device if gen is not None else like.device
+    return torch.randint(lo, hi, shape, generator=gen, device=dev).to(like.device)
 
 
 # ----------------------------------------------------------------------------- exact low-rank algebra
@@ -488,7 +488,8 @@ def apply_operator(name, kind, parents, generator, band=SAFE_BAND, **hp):
     "delta_norm", "parent_delta_norms", "seconds"} plus, for swaps, "donors" {stem: parent index}."""
     table = {"mutation": MUTATIONS, "crossover": CROSSOVERS}.get(kind)
     if table is None or name not in table:
-        raise ValueError(f"unknown operator {kind!r}/{name!r}; mutations {list(MUTATIONS)}, crossovers {list(CROSSOVERS)}")
+        raise ValueError(f"unknown operator {kind!r}/{name!r}; mutations {list(MUTATIONS)}, "
+                         f"crossovers {list(CROSSOVERS)}")
     need = 1 if kind == "mutation" else 2
     if len(parents) < need or (len(parents) > need and name != "weighted_multi"):
         raise ValueError(f"{kind} {name!r} takes {need} parent(s), got {len(parents)}")

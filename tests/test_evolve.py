@@ -264,7 +264,7 @@ def test_linear_0_5_is_a_factor_average_and_gauge_dependent():
 
 
 def source(child, parents, s):
-    hits = [i for i, p in enumerate(parents) if torch.equal(child[s + A], p[s + A]) and torch.equal(child[s + B], p[s + B])]
+    hits = [i for i, p in enumerate(parents) if all(torch.equal(child[s + x], p[s + x]) for x in (A, B))]
     assert hits, f"module {s} is not a bit-for-bit copy of a parent module"
     return hits[0]
 
@@ -454,7 +454,8 @@ def test_replacement_step_records():
             assert [p["id"] for p in ps] == r["parents"] and ps == sorted(ps, key=lambda m: -m["mu"])
             assert r["kind"] == ("crossover" if len(ps) == 2 else "mutation") and r["step"] == 10
             assert r["operator"] in (evolve.CROSSOVERS if len(ps) == 2 else evolve.MUTATIONS)
-            assert r["mu"] == pytest.approx(sum(p["mu"] for p in ps) / len(ps)) and r["sigma"] == pytest.approx(25 / 3)
+            assert r["mu"] == pytest.approx(sum(p["mu"] for p in ps) / len(ps))
+            assert r["sigma"] == pytest.approx(25 / 3)
             copies = r["operator"] == "copy_parent" or r["operator"] in evolve.SWAPS or r["fallback"]
             assert (r["copy_optimizer_from"] == ps[0]["name"]) if copies else r["copy_optimizer_from"] is None
             if r["operator"] in evolve.SWAPS:
