@@ -444,7 +444,8 @@ def core_ties(fitter, other, generator=None, density=0.8, weights=(1.0, 1.0), no
 
 def core_dare(fitter, other, generator, p=0.1, weights=(0.5, 0.5), norm="match_mean"):
     """X8 variant (DARE in core space): drop each core entry with probability p, rescale by 1/(1−p), weighted
-    sum. Keep p low: in a kr×kr core the drop noise is not diluted (p = 0.5 moved a child ~100 %)."""
+    sum. Keep p low: in a kr×kr core the drop noise is not diluted (p = 0.5 moved a child ~100 %). Weights
+    (0.5, 0.5) [ours; the note's (1, 1) gives the same child under the default norm match]: p = 0 is X5."""
     if not 0 <= p < 1:
         raise ValueError(f"core_dare: need 0 <= p < 1, got {p}")
     return _core_merge([fitter, other], generator, norm, weights,
