@@ -1,8 +1,8 @@
 """The population: one frozen base model, many LoRA members on it (SPEC §6, §8, §10).
 
 What is here, as plain functions over plain data:
-- the base model: a Hugging Face id or folder, or `tiny` (a random 2-layer Qwen2 with a byte-level
-  tokenizer, built in code, no download) for tests and smoke runs;
+- the base model: a Hugging Face id or folder, `tiny` (a random 2-layer Qwen2 with a byte-level tokenizer, built
+  in code, no download) for tests and smoke runs, or `tiny-warm` (tinyworld.py); both cached by cached_folder;
 - members: peft LoRA adapters on ONE PeftModel (adapter name = member name), each described by a dict
   {"name", "role", "id", "lora_id", "mu", "sigma", "lineage"}; get/set an adapter as a plain state dict;
 - generation for a list of (prompt, member) pairs in one batched call, on vLLM (multi-LoRA, fixed
@@ -17,6 +17,7 @@ micro-batch. vLLM sleep mode is enabled on CUDA but never called here (adapters 
 import contextlib
 import gc
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -70,36 +71,56 @@ def build_tiny(folder, seed=0):
                          dtype="float32", **TINY)
     with _seeded(seed):
         model = Qwen2ForCausalLM(config)
-    os.makedirs(folder, exist_ok=True)
-    model.save_pretrained(folder)
+    model.save_pretrained(folder)  # makes the folder
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def cached_folder(cache_dir, prefix, settings, build):
+    """cache_dir/<prefix>-<hash of settings>, made once by build(tmp_folder) in a temporary folder renamed into
+    place (atomic; a concurrent builder may win the race, which is fine) and reused after that."""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(cache_dir, f"{prefix}-{key}")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{prefix}-", dir=cache_dir)
+        try:
+            build(tmp)
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.exists(os.path.join(path, "config.json")):  # not a lost race: a real error
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
 
 
 def load_base(model, dtype="float32", device="cpu", cache_dir="out/.tiny"):
     """(model, tokenizer, model_path) with every base parameter frozen. `model` is a hub id, a local folder or
     "tiny" (built once into cache_dir, keyed by a hash of its build config) or "tiny-warm" (tinyworld.warm_base)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     path = model
     if model == "tiny":
-        key = hashlib.sha256(json.dumps([TINY, SPECIALS, 0], sort_keys=True).encode()).hexdigest()[:12]
-        path = os.path.join(cache_dir, f"tiny-{key}")
-        if not os.path.exists(os.path.join(path, "config.json")):
-            os.makedirs(cache_dir, exist_ok=True)
-            tmp = tempfile.mkdtemp(prefix=".tiny-", dir=cache_dir)
-            build_tiny(tmp)
-            try:
-                os.rename(tmp, path)  # atomic; another process may have won the race, which is fine
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
+        path = cached_folder(cache_dir, "tiny", [TINY, SPECIALS, 0], build_tiny)
     if model == "tiny-warm":  # tinyworld.py: the tiny base warm-started on a synthetic corpus, built once, cached
         import tinyworld
         path = tinyworld.warm_base(cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    tokenizer.padding_side = "left"
+    tokenizer = load_tokenizer(path)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
     base.requires_grad_(False)
     return base, tokenizer, path
+
+
+def load_tokenizer(path):
+    """The folder's tokenizer, left padding. A folder whose tokenizer.json is the whole tokenizer (ours: "tiny",
+    "tiny-warm") is loaded as such: transformers 5's AutoTokenizer picks Qwen2Tokenizer from a qwen2 config, which
+    puts Qwen's regex split in front of the saved pre-tokenizer and silently changes the ids of a BPE without it."""
+    from transformers import AutoTokenizer, TokenizersBackend
+    config = os.path.join(path, "tokenizer_config.json")
+    own = os.path.exists(config) and json.load(open(config)).get("tokenizer_class") == "TokenizersBackend"
+    tokenizer = (TokenizersBackend if own else AutoTokenizer).from_pretrained(path)
+    tokenizer.padding_side = "left"
+    return tokenizer
 
 
 # ----------------------------------------------------------------------------- members
@@ -140,11 +161,8 @@ def init_population(base, tokenizer, cfg, roles):
 
 def _adapter_of(param_name):
     """Adapter name inside a peft parameter name (`...q_proj.lora_A.t0.weight` -> "t0"), or None for the base."""
-    parts = param_name.split(".")
-    for i in range(1, len(parts)):
-        if parts[i - 1].startswith("lora_"):
-            return parts[i]
-    return None
+    found = re.search(r"\.lora_\w+?\.([^.]+)", param_name)
+    return found.group(1) if found else None
 
 
 def _adapter_params(model, name):
@@ -212,11 +230,7 @@ VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values 
 def make_engine(kind, model_path, model, tokenizer, members, cfg):
     """Engine state for generate(): "vllm", "hf", or "auto" (vllm when it imports and CUDA is present)."""
     if kind == "auto":
-        kind = "hf"
-        if torch.cuda.is_available():
-            with contextlib.suppress(ImportError):
-                import vllm  # noqa: F401
-                kind = "vllm"
+        kind = "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
     if kind not in ("vllm", "hf"):
         raise ValueError(f"unknown engine {kind!r}; expected vllm, hf or auto")
     max_len = cfg.get("max_model_len") or cfg["max_prompt_tokens"] + cfg["max_new_tokens"]
@@ -345,8 +359,7 @@ def _generate_hf(engine, items, temperature, top_p, seed):
     greedy = temperature <= 0
     order = sorted(range(len(items)), key=lambda k: -len(items[k][0]))
     results = [None] * len(items)
-    device = next(model.parameters()).device
-    was_training = model.training
+    device, was_training = next(model.parameters()).device, model.training
     model.eval()  # peft refuses adapter_names= in training mode
     try:
         with _seeded(seed):
@@ -383,10 +396,8 @@ def token_logprobs(model, name, prompt_ids, completion_ids):
     device = next(model.parameters()).device
     B, T = len(prompt_ids), max((len(c) for c in completion_ids), default=0)
     L = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
-    input_ids = torch.zeros((B, L), dtype=torch.long)
-    attention = torch.zeros((B, L), dtype=torch.long)
-    targets = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T))
+    input_ids, attention = torch.zeros((B, L), dtype=torch.long), torch.zeros((B, L), dtype=torch.long)
+    targets, mask = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T))
     where = torch.zeros((B, T), dtype=torch.long)  # position whose output predicts completion token t
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         n = len(p) + len(c)
@@ -462,10 +473,7 @@ def matchmake(teachers, students, rng):
             pool = list(students)
         teacher = order.pop(0)
         weights = [max(p * (1 - p), 1e-12) for p in (win_probability(s, teacher) for s in pool)]
-        x, k = rng.random() * sum(weights), 0
-        while k < len(pool) - 1 and x >= weights[k]:
-            x -= weights[k]
-            k += 1
+        k = rng.choices(range(len(pool)), weights)[0]
         pairs.append((teacher["name"], pool.pop(k)["name"]))
     return pairs
 
@@ -504,9 +512,7 @@ def save_checkpoint(out_dir, step, model, members, optimizers, state, archive):
     for name, optimizer in optimizers.items():
         torch.save(optimizer.state_dict(), os.path.join(tmp, "optim", f"{name}.pt"))
     with open(os.path.join(tmp, "archive.jsonl"), "w") as f:
-        for task, problems in archive.items():
-            for problem in problems:
-                f.write(json.dumps({"task": task, "problem": problem}) + "\n")
+        f.writelines(json.dumps({"task": t, "problem": p}) + "\n" for t, problems in archive.items() for p in problems)
     files = {os.path.relpath(os.path.join(root, n), tmp): os.path.getsize(os.path.join(root, n))
              for root, _, names in os.walk(tmp) for n in names}
     full = {**state, "step": step, "members": members, "rng": _rng_state(),
@@ -541,11 +547,7 @@ def load_checkpoint(folder, model, members, optimizers):
 
     def json_file(path):
         with open(path) as f:
-            return json.load(f)
-
-    def jsonl_file(path):
-        with open(path) as f:
-            return [json.loads(line) for line in f]
+            return json.load(f) if path.endswith(".json") else [json.loads(line) for line in f]
 
     full = read("state.json", json_file)
     if not all(k in full for k in ("files", "members", "rng", "archive_sizes")):
@@ -569,7 +571,7 @@ def load_checkpoint(folder, model, members, optimizers):
         sizes = [len(g["params"]) for g in optim[name]["param_groups"]]
         if sizes != [len(g["params"]) for g in optimizer.param_groups]:
             raise bad(f"optim/{name}.pt", f"has parameter groups of sizes {sizes}, the optimizer's differ")
-    rows = read("archive.jsonl", jsonl_file)
+    rows = read("archive.jsonl", json_file)
     archive = {task: [] for task in full["archive_sizes"]}
     for row in rows:
         if row.get("task") not in archive:
@@ -592,8 +594,7 @@ def load_checkpoint(folder, model, members, optimizers):
 
 def latest_checkpoint(out_dir):
     """The newest complete step_NNNNNN folder in out_dir (state.json is written last), or None."""
-    if not os.path.isdir(out_dir):
-        return None
-    steps = [(int(m.group(1)), n) for n in os.listdir(out_dir) if (m := re.fullmatch(r"step_(\d+)", n))
+    names = os.listdir(out_dir) if os.path.isdir(out_dir) else []
+    steps = [(int(m.group(1)), n) for n in names if (m := re.fullmatch(r"step_(\d+)", n))
              and os.path.isfile(os.path.join(out_dir, n, "state.json"))]
     return os.path.join(out_dir, max(steps)[1]) if steps else None

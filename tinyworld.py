@@ -28,15 +28,12 @@ Measured on the default settings (out of the box, step 0 of 4T+4S, temperature 1
 (0.1, 0.9)); the build had ~0.46 M training tokens (2 minutes on 2 free cores). TRAIN["steps"] is the knob.
 Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program shapes and guesses.
 """
-import hashlib
 import json
 import math
 import os
 import random
-import shutil
 import string
 import sys
-import tempfile
 import time
 
 import torch
@@ -365,19 +362,8 @@ def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log
     it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive). Settings default
     to the module's WORLD / MODEL / TRAIN at call time."""
     world, model_cfg, train = world or WORLD, model_cfg or MODEL, train or TRAIN
-    key = hashlib.sha256(json.dumps([world, model_cfg, train, VERSION], sort_keys=True).encode()).hexdigest()[:12]
-    path = os.path.join(cache_dir, f"tiny-warm-{key}")
-    if not os.path.exists(os.path.join(path, "tinyworld.json")):
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".tiny-warm-", dir=cache_dir)
-        try:
-            train_warm(tmp, world, model_cfg, train, log)
-            os.rename(tmp, path)  # atomic; another process may have won the race, which is fine
-        except OSError:
-            if not os.path.exists(os.path.join(path, "tinyworld.json")):
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    path = population.cached_folder(cache_dir, "tiny-warm", [world, model_cfg, train, VERSION],
+                                    lambda tmp: train_warm(tmp, world, model_cfg, train, log))
     if not os.path.exists(os.path.join(path, "seeds.jsonl")):
         write_seeds(os.path.join(path, "seeds.jsonl"), world)
     return path

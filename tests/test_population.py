@@ -69,6 +69,25 @@ def test_build_tiny_is_deterministic_and_byte_level(tmp_path):
     assert len(tokenizer) == 258 and tokenizer.eos_token_id == 256 and tokenizer.pad_token_id == 257
 
 
+def test_saved_bpe_tokenizer_loads_with_the_ids_it_was_trained_with(tmp_path, tiny_dir):
+    """A BPE whose merges span spaces (the tiny-warm tokenizer), saved next to a qwen2 config: load_base must not
+    swap in Qwen2Tokenizer's regex pre-split (transformers 5's AutoTokenizer does), which changes every id."""
+    import shutil
+    import tinyworld
+    texts = ["I will write a new function and a test input. def f(n: int):\n    return n * 3"] * 20
+    tok = tinyworld.make_tokenizer(texts, 300)
+    folder = str(tmp_path / "bpe")
+    tok.save_pretrained(folder)
+    shutil.copy(os.path.join(tiny_dir, "config.json"), folder)  # model_type qwen2, as in a real model folder
+    loaded = P.load_tokenizer(folder)
+    for text in texts[:1] + ["x = 'not in the corpus'\n\tf(-7)"]:
+        want = tok(text, add_special_tokens=False)["input_ids"]
+        assert loaded(text, add_special_tokens=False)["input_ids"] == want
+        assert loaded.decode(want) == text
+    assert len(loaded(texts[0])["input_ids"]) < len(texts[0]) / 3  # merges apply (bytes alone would pass the rest)
+    assert loaded.padding_side == "left"
+
+
 def test_load_base_tiny_cached_and_frozen(tmp_path):
     base, _, path = P.load_base("tiny", cache_dir=str(tmp_path))
     stamp = os.path.getmtime(os.path.join(path, "model.safetensors"))
