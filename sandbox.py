@@ -6,10 +6,10 @@ API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid"}] (job keys: see _e
 Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing)
 and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygotes", warm interpreters launched
 separately, each with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different
-families, so set order can differ). A zygote forks a child *before* the next job arrives; the child locks itself
-down, reads the job, runs it and writes one JSON line of plain strings/bools (values are `repr` strings) that the
-zygote forwards; nothing from a child is unpickled or evaluated. ~2 ms CPU per run here, mostly fork and
-copy-on-write faults (bench/verify_bench.py), against ~60 ms to start a fresh Python.
+families, so set order can differ). Per job a zygote unmarshals it, makes the child's cwd, then forks; the child
+finishes the lock-down, runs the job and writes one JSON line of plain strings/bools (values are `repr` strings)
+that the zygote forwards; nothing from a child is unpickled or evaluated. ~CPUMS ms CPU per run here (all processes),
+mostly fork, exit and page faults (bench/verify_bench.py), against ~60 ms to start a fresh Python.
 
 Layers (Linux; `layers()` reports what the running zygotes measured):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
@@ -47,11 +47,13 @@ import sys
 import tempfile
 import threading
 import time
-from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2, kill as _kill_pid,
-                mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir, setuid as _setuid,
-                unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3 disables os.<name>
+from os import (_exit, chdir as _chdir, chown as _chown, close as _close, closerange as _closerange, dup2 as _dup2,
+                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
+                setuid as _setuid, unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3
 from marshal import loads as _unmarshal
 from resource import setrlimit as _setrlimit
+from select import select as _select
+from time import monotonic as _monotonic
 
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
@@ -72,6 +74,7 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
 # ----------------------------------------------------------------------------- child side (runs user code)
 
 _type_ok = {}
+_escape = json.encoder.encode_basestring_ascii
 
 
 def _real_type(t):
@@ -167,14 +170,23 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
     return values
 
 
-def _result_line(out):
-    """The child's JSON line, built with the C string escaper alone: json.dumps costs ~80 copy-on-write faults
-    (0.3 ms) in a fresh child. values are str (repr mode) or bool (equal mode)."""
-    esc = json.encoder.encode_basestring_ascii
-    values = "null" if out["values"] is None else "[%s]" % ", ".join(
-        ("true" if v else "false") if v is True or v is False else esc(v) for v in out["values"])
+def _outcome(job):
+    """Run a job -> its result line: one JSON object of plain strings/bools (values are repr strings or bools),
+    built with the C string escaper alone (json.dumps costs ~80 copy-on-write faults in a fresh child)."""
+    values, error, ok = None, "", False
+    try:
+        values, ok = _evaluate(job), True
+    except BaseException as e:                    # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
+        error = _describe(e)
+    try:
+        _out.flush()
+        stdout = _out.buffer.getvalue().decode("utf-8", "replace")
+    except BaseException:
+        stdout = ""
+    esc = _escape
     return '{"ok": %s, "error": %s, "stdout": %s, "values": %s}\n' % (
-        "true" if out["ok"] else "false", esc(out["error"]), esc(out["stdout"]), values)
+        "true" if ok else "false", esc(error), esc(stdout), "null" if values is None else "[%s]" % ", ".join(
+            ("true" if v else "false") if v is True or v is False else esc(v) for v in values))
 
 
 def _guard():
@@ -185,54 +197,24 @@ def _guard():
             setattr(mod, name, None)
 
 
-def _child(requests, wfd, workdir, uid):
-    """Runs in a child forked *before* its job arrives: lock down what does not depend on the job (while the
-    zygote is idle anyway), read one job line, report its limits to the zygote, finish the lock-down, run, write
-    one JSON line to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets
-    os.<name> = None for user code); user code starts after every limit is in place."""
-    out = {"ok": False, "error": "", "stdout": "", "values": None}
+def _child(job, wfd, limits, uid):
+    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own with stdin in place:
+    finish the lock-down, run, write one JSON line to wfd, _exit. Never returns. Every page a child writes costs a
+    copy-on-write fault (~3 us here), so whatever it can, the zygote did before the fork. The syscalls used are this
+    module's own bindings (layer 3 sets os.<name> = None for user code); user code starts after every limit."""
     try:
-        _setrlimit(resource.RLIMIT_NPROC, (0, 0))   # binding once root is gone (the zygote already set gid/groups)
         if uid:
-            _setuid(uid)
-        _mkdir(workdir, 0o700)                    # as the child's own uid, in the zygote's sticky temp folder
-        _chdir(workdir)
-        data, size = b"", 8
-        while len(data) < size:                   # 8-byte length, then the job; the parent sends one at a time
-            chunk = _read(requests, min(size - len(data), 1 << 20))
-            if not chunk:
-                _write(wfd, b"EOF\n")
-                _exit(0)
-            data += chunk
-            if size == 8 and len(data) == 8:
-                data, size = b"", int.from_bytes(data, "little")
-        job = _unmarshal(data)                    # from the parent (trusted); ~3x fewer page faults than json
-        timeout, cap = float(job.get("timeout", 5.0)), int(job.get("stdout_cap", STDOUT_CAP))
-        _write(wfd, b"%r %d\n" % (timeout, cap))
-        if job.get("stdin"):
-            with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
-                fh.write(job["stdin"])
-        _dup2(_open_fd(".stdin" if job.get("stdin") else os.devnull, os.O_RDONLY), 0)
+            _setuid(uid)                          # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
-        for kind, value in ((resource.RLIMIT_AS, int(job.get("memory_mb") or MEMORY_MB) << 20),
-                            (resource.RLIMIT_CPU, int(timeout) + 2), (resource.RLIMIT_FSIZE, 0)):
-            _setrlimit(kind, (value, value))
-        _out.buffer.cap = cap
-        try:
-            out["values"] = _evaluate(job)
-            out["ok"] = True
-        except BaseException as e:                # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
-            out["error"] = _describe(e)
-        try:
-            _out.flush()
-            out["stdout"] = _out.buffer.getvalue().decode("utf-8", "replace")
-        except BaseException:
-            pass
+        for kind, value in limits:
+            _setrlimit(kind, value)
+        line = _outcome(job)
     except BaseException as e:
-        out["error"] = out["error"] or "sandbox set-up failed: " + _describe(e)
+        line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % _escape("sandbox set-up failed: " +
+                                                                                   _describe(e))
     try:
-        data = _result_line(out).encode()
+        data = line.encode()
         while data:
             data = data[_write(wfd, data):]
     except BaseException:
@@ -242,7 +224,7 @@ def _child(requests, wfd, workdir, uid):
 
 # ----------------------------------------------------------------------------- zygote side
 
-_libc = None   # set in the zygote (children must not dlopen after fork)
+_libc = _pyfork = _null = None   # set in the zygote (children must not dlopen after fork)
 _out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
 
@@ -303,8 +285,10 @@ def _uid_works(uid):
 
 
 def _zygote_main(number, home):
-    global _libc, _out
+    global _libc, _out, _pyfork, _null
+    os.environ.pop("LD_BIND_NOW", None)          # set by the parent so children never resolve symbols (GOT writes)
     _libc = ctypes.CDLL(None, use_errno=True)
+    _pyfork = ctypes.PyDLL(None).fork
     repo = os.path.dirname(os.path.abspath(__file__))
     layers = {"uid_drop": False, "network_namespace": False, "mount_namespace": False, "hidden": []}
     if os.geteuid() == 0:
@@ -323,6 +307,8 @@ def _zygote_main(number, home):
     if uid:                                       # still root (euid 0) but with the children's gid and no groups
         os.setgroups(())
         os.setgid(uid)
+    if uid:                                       # root is exempt (it still forks), the children's uid is not
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
         resource.setrlimit(kind, (value, value))
     base = "/tmp" if layers["mount_namespace"] else tempfile.mkdtemp(prefix="populora-sandbox-")
@@ -339,28 +325,88 @@ def _zygote_main(number, home):
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    _null = os.open(os.devnull, os.O_RDONLY)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
                                  errors="replace")
     sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
     sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
     _libc.prctl(38, 1, 0, 0, 0)                   # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
-    gc.freeze()                                   # keep the collector off the zygote's pages in children
     _guard()                                      # layer 3, once here: every child inherits disabled functions
+    gc.freeze()                                   # keep the collector off the zygote's pages in children
     _write_all(replies, (json.dumps(layers) + "\n").encode())
     count = 0
-    while True:                                   # the zygote itself does as little Python as possible per job:
-        count += 1                                # every page it touches after a fork is a copy-on-write fault
-        workdir = f"{base}/job{count}"
-        r, w = _pipe()
-        pid = _fork()
-        if pid == 0:
-            _close(r)
-            _child(requests, w, workdir, uid)
-        _close(w)
-        reply = _serve(pid, r, workdir)
-        if reply is None:                         # EOF from the parent (shutdown, or it died), or a broken child
+    while True:
+        count += 1
+        payload = _read_exact(requests, int.from_bytes(_read_exact(requests, 8), "little"))   # length, marshal bytes
+        if not payload:
+            break                                 # EOF from the parent (shutdown, or it died)
+        _write_all(replies, _job(_unmarshal(payload), f"{base}/job{count}", uid))
+
+
+def _read_exact(fd, size):
+    data, chunk = b"", b"-"
+    while len(data) < size and chunk:
+        chunk = _read(fd, min(size - len(data), 1 << 20))
+        data += chunk
+    return data if len(data) == size else b""
+
+
+def _job(job, workdir, uid):
+    """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and given to the
+    child's uid; wait for its result line and exit within the deadline, kill it, clean up. Returns
+    b"<pid>\t<json>\n" for the parent. A page the zygote writes costs ~0.8 us (a write-protect fault) when no
+    child shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
+    timeout = float(job.get("timeout", 5.0))
+    _out.buffer.cap = cap = int(job.get("stdout_cap", STDOUT_CAP))
+    limits = [(resource.RLIMIT_AS, (int(job.get("memory_mb") or MEMORY_MB) << 20,) * 2),
+              (resource.RLIMIT_CPU, (int(timeout) + 2,) * 2), (resource.RLIMIT_FSIZE, (0, 0))]
+    if not uid:
+        limits.append((resource.RLIMIT_NPROC, (0, 0)))
+    _mkdir(workdir, 0o700)
+    if uid:
+        _chown(workdir, uid, uid)
+    _chdir(workdir)
+    if job.get("stdin"):
+        with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(job["stdin"])
+        fd = _open_fd(".stdin", os.O_RDONLY)
+        _dup2(fd, 0)                              # the zygote's fd 0 goes back to /dev/null below
+        _close(fd)
+    r, w = _pipe()
+    deadline = _monotonic() + timeout
+    pid = _fork()
+    if pid == 0:
+        _close(r)
+        _child(job, w, limits, uid)
+    _close(w)
+    buf, error = b"", ""
+    while True:                                   # the child writes one line, then exits: read to EOF
+        left = deadline - _monotonic()
+        if left <= 0 or not _select([r], (), (), left)[0]:
+            error = "timeout"
             break
-        _write_all(replies, reply)
+        data = _read(r, 4096 if not buf else 1 << 16)
+        buf += data
+        if not data or len(buf) > cap * 6 + (1 << 20):   # JSON escapes can grow text 6x (\uXXXX)
+            error = "" if not data else "result too large"
+            break
+    _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
+    _, status = _waitpid(pid, 0)
+    _close(r)
+    if job.get("stdin"):
+        _dup2(_null, 0)
+    _chdir("/")
+    try:
+        _rmtree(workdir)
+    except OSError:
+        pass
+    if not error and buf.endswith(b"\n") and buf.count(b"\n") == 1:
+        return b"%d\t" % pid + buf
+    if not error:
+        code = os.waitstatus_to_exitcode(status)
+        error = ("malformed result" if buf else f"crashed ({signal.Signals(-code).name})" if code < 0 and
+                 -code != signal.SIGKILL else f"exited (code {code}) without a result")
+    return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
 
 
 def _write_all(fd, data):
@@ -369,11 +415,12 @@ def _write_all(fd, data):
 
 
 def _fork():
-    """fork(2) straight from libc: os.fork's after-fork hooks (random reseed, threading reinit, ...) cost ~0.6 ms
-    of copy-on-write page faults per child here, 3x the bare fork. Safe because the zygote is single-threaded."""
-    pid = _libc.fork()
+    """fork(2) straight from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading reinit,
+    ...) cost ~0.6 ms of copy-on-write page faults per child here, 3x the bare fork. Safe because the zygote is
+    single-threaded."""
+    pid = _pyfork()
     if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
+        raise OSError("fork failed")
     return pid
 
 
@@ -390,49 +437,6 @@ def _rmtree(path):
         _rmdir(path)
 
 
-def _serve(pid, r, workdir):
-    """Wait for the pre-forked child's job header (idle time), then for its result line and exit within the
-    deadline; kill it, clean its cwd. Returns b"<pid>\t<json>\n" for the parent, or None to stop the zygote."""
-    buf = b""
-    while b"\n" not in buf:                       # header "timeout stdout_cap", written before the lock-down
-        data = _read(r, 1 << 16)
-        buf += data
-        if not data:
-            break
-    header, _, buf = buf.partition(b"\n")
-    try:
-        timeout, cap = (float(x) for x in header.split())
-    except ValueError:                            # b"EOF" or a child that died before reading its job
-        _kill_pid(pid, signal.SIGKILL)
-        _waitpid(pid, 0)
-        return None
-    error, deadline = "", time.monotonic() + timeout
-    while True:                                   # the child writes one line, then exits: read to EOF
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([r], [], [], left)[0]:
-            error = "timeout"
-            break
-        data = _read(r, 1 << 16)
-        buf += data
-        if not data or len(buf) > cap * 6 + (1 << 20):   # JSON escapes can grow text 6x (\uXXXX)
-            error = "" if not data else "result too large"
-            break
-    _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
-    _, status = _waitpid(pid, 0)
-    _close(r)
-    try:
-        _rmtree(workdir)
-    except OSError:
-        pass
-    if not error and buf.endswith(b"\n") and buf.count(b"\n") == 1:
-        return b"%d\t" % pid + buf
-    if not error:
-        code = os.waitstatus_to_exitcode(status)
-        error = ("malformed result" if buf else f"crashed ({signal.Signals(-code).name})" if code < 0 and
-                 -code != signal.SIGKILL else f"exited (code {code}) without a result")
-    return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
-
-
 # ----------------------------------------------------------------------------- parent side (the pool)
 
 _pool = {"pid": None, "workers": [], "count": 0, "lock": threading.Lock()}
@@ -441,7 +445,7 @@ _pool = {"pid": None, "workers": [], "count": 0, "lock": threading.Lock()}
 def _start(family):
     """Launch one zygote with a fresh scrubbed environment and its own hash seed; read its hello line."""
     seed = random.SystemRandom().randrange(1, 2**32)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed),
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed), "LD_BIND_NOW": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
