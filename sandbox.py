@@ -8,7 +8,7 @@ and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygote
 separately, each with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different
 families, so set order can differ). Per job a zygote unmarshals it, makes the child's cwd, then forks; the child
 finishes the lock-down, runs the job and writes one JSON line of plain strings/bools (values are `repr` strings)
-that the zygote forwards; nothing from a child is unpickled or evaluated. ~CPUMS ms CPU per run here (all processes),
+that the zygote forwards; nothing from a child is unpickled or evaluated. ~1.6 ms CPU per run here (all processes),
 mostly fork, exit and page faults (bench/verify_bench.py), against ~60 ms to start a fresh Python.
 
 Layers (Linux; `layers()` reports what the running zygotes measured):
