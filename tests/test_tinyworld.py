@@ -94,7 +94,7 @@ def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_one_step_on_the_warm_base_has_signal(tmp_path):
     # THE warm base (the default settings), cached where `train.py --model tiny-warm` and bench/tiny_world.py put it:
-    # built once per checkout (about 2 minutes of 2 free cores: corpus ~10 s, 400 training steps ~105 s), then reused
+    # built once per checkout (~7 minutes of 2 free cores: corpus ~40 s, 4,000 training steps), then reused
     folder = tinyworld.warm_base(os.path.join(ROOT, "out", ".tiny"))
     cfg = {**train.config, **dict(
         model=folder, seed_archive=os.path.join(folder, "seeds.jsonl"), out_dir=str(tmp_path / "run"), steps=1,
@@ -105,5 +105,6 @@ def test_one_step_on_the_warm_base_has_signal(tmp_path):
     row = json.loads(open(tmp_path / "run" / "metrics.jsonl").read().splitlines()[0])
     valid = [row[f"teacher/{m}/valid_rate/{t}"] for m in ("t0", "t1") for t in verify.TASKS]
     assert max(valid) > 0, row
+    assert max(row[f"student/{m}/solve_rate/{t}"] or 0 for m in ("s0", "s1") for t in verify.TASKS) > 0, row
     assert any(row[f"grad_norm/{m}"] > 0 for m in ("t0", "t1", "s0", "s1")), row  # some TRR++ group had unequal rewards
     assert sum(row[f"archive/size/{t}"] for t in verify.TASKS) > 3 * 32  # valid proposals joined the 3 x 32 seeds
