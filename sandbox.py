@@ -17,7 +17,8 @@ Layers (Linux; `layers()` reports what the running zygotes measured):
      (60000 + zygote number), no_new_privs; a fresh empty cwd; the zygote's scrubbed environment (PATH, LANG,
      PYTHONHASHSEED, *_NUM_THREADS=1); stdin = /dev/null or a file holding the job's stdin; fds 1/2 on /dev/null
      and sys.stdout/err capped in-memory buffers (1 MiB / 64 KiB).
-  3. before any user code: destructive functions of os, shutil, subprocess, socket (and exit/quit/help) are None.
+  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the last three, which
+     zygotes do not load, via an import hook); zygotes run with -S: no site code, exit, quit or help.
   4. wall-clock timeout per job: the zygote SIGKILLs the child (it cannot have made processes) and forks a fresh
      one; a zygote that dies or stops answering (timeout + 5 s) is killed with its process group and replaced.
   5. as root, each zygote unshares a network namespace (no interface up, not even loopback) and a private mount
@@ -37,16 +38,13 @@ import io
 import json
 import marshal
 import os
-import random
 import resource
 import select
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+from _thread import allocate_lock
+from importlib.machinery import PathFinder
 from os import (_exit, chdir as _chdir, chown as _chown, close as _close, closerange as _closerange, dup2 as _dup2,
                 kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
                 setuid as _setuid, unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3
@@ -62,7 +60,7 @@ GRACE_S = 5.0               # a zygote must answer within job timeout + this, el
 UID_BASE = 60000            # children run as UID_BASE + zygote number (root only)
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
            "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
-           "numbers", "textwrap", "unicodedata", "queue", "socket", "subprocess", "shutil")
+           "numbers", "textwrap", "unicodedata", "queue")   # not socket, subprocess, shutil: see _GuardHook
 GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate chmod fchmod lchmod "
                "chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir chdir execv execve execl "
                "execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe "
@@ -192,9 +190,19 @@ def _outcome(job):
 def _guard():
     """Layer 3 (after HumanEval's reliability_guard): defence in depth against code that got past layer 1."""
     for module, names in GUARD.items():
-        mod = sys.modules.get(module) or __import__(module)
-        for name in set(names.split()) & set(dir(mod)):
-            setattr(mod, name, None)
+        for name in set(names.split()) & set(dir(sys.modules.get(module))):
+            setattr(sys.modules[module], name, None)
+
+
+class _GuardHook:
+    """Layer 3 for GUARD modules zygotes do not load (banned in screened code; each page costs every fork)."""
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        spec = PathFinder.find_spec(name, path) if name in GUARD else None
+        if spec is not None and spec.loader is not None:
+            load = spec.loader.exec_module
+            spec.loader.exec_module = lambda module: (load(module), _guard())
+        return spec
 
 
 def _child(job, wfd, limits, uid):
@@ -214,9 +222,7 @@ def _child(job, wfd, limits, uid):
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % _escape("sandbox set-up failed: " +
                                                                                    _describe(e))
     try:
-        data = line.encode()
-        while data:
-            data = data[_write(wfd, data):]
+        _write_all(wfd, line.encode())
     except BaseException:
         pass
     _exit(0)
@@ -304,14 +310,13 @@ def _zygote_main(number, home):
     uid = UID_BASE + number % 5000
     layers["uid_drop"] = os.geteuid() == 0 and _uid_works(uid)
     uid = uid if layers["uid_drop"] else 0
-    if uid:                                       # still root (euid 0) but with the children's gid and no groups
+    if uid:                                       # still root (euid 0) but with the children's gid and no groups;
         os.setgroups(())
         os.setgid(uid)
-    if uid:                                       # root is exempt (it still forks), the children's uid is not
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))   # root is exempt (it still forks), the children's uid not
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
         resource.setrlimit(kind, (value, value))
-    base = "/tmp" if layers["mount_namespace"] else tempfile.mkdtemp(prefix="populora-sandbox-")
+    base = "/tmp" if layers["mount_namespace"] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
     os.chmod(base, 0o1777)                        # children make their own cwd in here, like in /tmp
     for name in PRELOAD:
         __import__(name)
@@ -332,6 +337,7 @@ def _zygote_main(number, home):
     sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
     _libc.prctl(38, 1, 0, 0, 0)                   # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
     _guard()                                      # layer 3, once here: every child inherits disabled functions
+    sys.meta_path.insert(0, _GuardHook)
     gc.freeze()                                   # keep the collector off the zygote's pages in children
     _write_all(replies, (json.dumps(layers) + "\n").encode())
     count = 0
@@ -374,7 +380,9 @@ def _job(job, workdir, uid):
         _close(fd)
     r, w = _pipe()
     deadline = _monotonic() + timeout
-    pid = _fork()
+    pid = _pyfork()                               # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
+    if pid < 0:                                   # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
+        raise OSError("fork failed")              # per child, 3x the bare fork; fine as the zygote has one thread
     if pid == 0:
         _close(r)
         _child(job, w, limits, uid)
@@ -414,16 +422,6 @@ def _write_all(fd, data):
         data = data[_write(fd, data):]
 
 
-def _fork():
-    """fork(2) straight from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading reinit,
-    ...) cost ~0.6 ms of copy-on-write page faults per child here, 3x the bare fork. Safe because the zygote is
-    single-threaded."""
-    pid = _pyfork()
-    if pid < 0:
-        raise OSError("fork failed")
-    return pid
-
-
 def _rmtree(path):
     """shutil.rmtree without the functions the guard disabled (the common case is an empty dir)."""
     try:
@@ -439,18 +437,19 @@ def _rmtree(path):
 
 # ----------------------------------------------------------------------------- parent side (the pool)
 
-_pool = {"pid": None, "workers": [], "count": 0, "lock": threading.Lock()}
+_pool = {"pid": None, "workers": [], "count": 0, "lock": allocate_lock()}
 
 
 def _start(family):
     """Launch one zygote with a fresh scrubbed environment and its own hash seed; read its hello line."""
-    seed = random.SystemRandom().randrange(1, 2**32)
+    import subprocess                             # parent only: zygotes never load it (see _GuardHook)
+    seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)   # 0 would turn hash randomisation off
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed), "LD_BIND_NOW": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
-    proc = subprocess.Popen([sys.executable, "-s", "-B", os.path.abspath(__file__), "--worker", str(_pool["count"]),
-                             os.environ.get("HOME", "")],
+    proc = subprocess.Popen([sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
+                             str(_pool["count"]), os.environ.get("HOME", ""), *__import__("site").getsitepackages()],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                             cwd="/", start_new_session=True)
     return {"proc": proc, "family": family, "buf": b"", "job": None, "deadline": 0.0, "hello": None}
@@ -476,8 +475,8 @@ def _stop(worker):
         except OSError:
             pass
     base = (worker["hello"] or {}).get("base", "")
-    if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
-        shutil.rmtree(base, ignore_errors=True)
+    if base.startswith(__import__("tempfile").gettempdir() + "/populora-sandbox-"):
+        __import__("shutil").rmtree(base, ignore_errors=True)
 
 
 def _ensure():
@@ -597,4 +596,5 @@ def shutdown():
 atexit.register(shutdown)
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    sys.path += sys.argv[4:]                      # site-packages without running .pth files (-S: ~4 MB less to fork)
     _zygote_main(int(sys.argv[2]), sys.argv[3])

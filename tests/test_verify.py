@@ -335,6 +335,7 @@ HOSTILE = [
     ("socket", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)", "NoneType"),
     ("raw socket", "import _socket\ns = _socket.socket()\ns.settimeout(1)\ns.connect(('8.8.8.8', 53))", "Error"),
     ("subprocess", "import subprocess\nsubprocess.run(['touch', '{new}'])", "NoneType"),
+    ("shutil", "import importlib\nimportlib.import_module('shutil').copyfile('{victim}', '{new}')", "NoneType"),
     ("os.system", "import os\nos.system('touch {new}')", "NoneType"),
     ("os._exit", "import os\nos._exit(3)", "exited (code 3)"),
     ("sys.exit", "import sys\nsys.exit(4)", "SystemExit: 4"),
