@@ -547,7 +547,8 @@ def _dispatch(jobs, results, queues):
         wait = min([w["deadline"] for w in _pool["workers"] if w["job"] is not None], default=0) - time.monotonic()
         ready, now = set(select.select(busy, [], [], max(0.0, wait))[0] if busy else ()), time.monotonic()
         for n, w in enumerate(_pool["workers"]):
-            data = os.read(w["proc"].stdout.fileno(), 1 << 20) if w["proc"].stdout in ready else None
+            data = os.read(w["proc"].stdout.fileno(), 1 << 20 if w["buf"] else 1 << 16) if w["proc"].stdout in ready \
+                else None                         # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
             if data:
                 w["buf"] += data
                 if b"\n" not in w["buf"]:
