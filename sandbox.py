@@ -48,10 +48,6 @@ from importlib.machinery import PathFinder
 from os import (_exit, chdir as _chdir, chown as _chown, close as _close, closerange as _closerange, dup2 as _dup2,
                 kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
                 setuid as _setuid, unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3
-from marshal import loads as _unmarshal
-from resource import setrlimit as _setrlimit
-from select import select as _select
-from time import monotonic as _monotonic
 
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
@@ -216,7 +212,7 @@ def _child(job, wfd, limits, uid):
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
         for kind, value in limits:
-            _setrlimit(kind, value)
+            resource.setrlimit(kind, value)
         line = _outcome(job)
     except BaseException as e:
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % _escape("sandbox set-up failed: " +
@@ -325,7 +321,7 @@ def _zygote_main(number, home):
     layers.update(pid=os.getpid(), hash_seed=os.environ.get("PYTHONHASHSEED"), base=base)
     # Protocol on private fds; fd 0/1/2 and sys.std* become what every child inherits: stdin from fd 0 (the
     # child points fd 0 at its job's stdin), capped in-memory stdout/stderr, fds 1/2 on /dev/null.
-    requests, replies = os.dup(0), os.dup(1)
+    requests, replies = open(os.dup(0), "rb"), os.dup(1)   # buffered: a job is one read(2)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -343,18 +339,10 @@ def _zygote_main(number, home):
     count = 0
     while True:
         count += 1
-        payload = _read_exact(requests, int.from_bytes(_read_exact(requests, 8), "little"))   # length, marshal bytes
+        payload = requests.read(int.from_bytes(requests.read(8), "little"))   # length, marshal bytes
         if not payload:
             break                                 # EOF from the parent (shutdown, or it died)
-        _write_all(replies, _job(_unmarshal(payload), f"{base}/job{count}", uid))
-
-
-def _read_exact(fd, size):
-    data, chunk = b"", b"-"
-    while len(data) < size and chunk:
-        chunk = _read(fd, min(size - len(data), 1 << 20))
-        data += chunk
-    return data if len(data) == size else b""
+        _write_all(replies, _job(marshal.loads(payload), f"{base}/job{count}", uid))
 
 
 def _job(job, workdir, uid):
@@ -379,7 +367,7 @@ def _job(job, workdir, uid):
         _dup2(fd, 0)                              # the zygote's fd 0 goes back to /dev/null below
         _close(fd)
     r, w = _pipe()
-    deadline = _monotonic() + timeout
+    deadline = time.monotonic() + timeout
     pid = _pyfork()                               # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
     if pid < 0:                                   # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
         raise OSError("fork failed")              # per child, 3x the bare fork; fine as the zygote has one thread
@@ -389,8 +377,8 @@ def _job(job, workdir, uid):
     _close(w)
     buf, error = b"", ""
     while True:                                   # the child writes one line, then exits: read to EOF
-        left = deadline - _monotonic()
-        if left <= 0 or not _select([r], (), (), left)[0]:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([r], (), (), left)[0]:
             error = "timeout"
             break
         data = _read(r, 4096 if not buf else 1 << 16)
@@ -452,7 +440,7 @@ def _start(family):
                              str(_pool["count"]), os.environ.get("HOME", ""), *__import__("site").getsitepackages()],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                             cwd="/", start_new_session=True)
-    return {"proc": proc, "family": family, "buf": b"", "job": None, "deadline": 0.0, "hello": None}
+    return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
 
 
 def _hello(worker):
@@ -518,51 +506,62 @@ def run(jobs):
             _dispatch(jobs, results, queues)
         finally:                                  # interrupted (KeyboardInterrupt, ...): no stale job may answer later
             for n, w in enumerate(_pool["workers"]):
-                if w["job"] is not None:
+                if w["jobs"]:
                     _stop(w)
                     _pool["workers"][n] = _hello(_start(w["family"]))
     return results
 
 
 def _dispatch(jobs, results, queues):
-    """The select loop of run(): feed idle zygotes, collect answers, replace zygotes that die or hang."""
-    cache, pending = {}, len(jobs)
+    """The select loop of run(): keep each zygote up to two jobs deep (the next one waits in its pipe, so neither
+    side sleeps and wakes between jobs: ~3% less CPU here), collect answers in order, replace zygotes that die or
+    hang (their first job fails, the one behind it goes back to the queue)."""
+    cache, packed, pending = {}, {}, len(jobs)
     while pending:
-        for w in _pool["workers"]:                 # hand out work to idle zygotes
-            while w["job"] is None and (queues[w["family"]] or queues[None]):
-                i = (queues[w["family"]] or queues[None]).pop()
+        for depth, w in [(d, w) for d in (1, 2) for w in _pool["workers"]]:   # idle zygotes first, then queue one
+            while len(w["jobs"]) < depth and (queues[w["family"]] or queues[None]):
+                i = (queue := queues[w["family"]] or queues[None]).pop()
                 try:
-                    payload = _pack(jobs[i], cache)
+                    payload = packed.pop(i, None) or _pack(jobs[i], cache)
                 except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
                     results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0}
                     pending -= 1
                     continue
-                w["job"], w["deadline"] = i, time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+                if w["jobs"] and len(payload) > 1 << 15:   # must fit in the pipe (64 KiB) beside nothing else,
+                    queue.append(i)                         # or the write would block while the zygote runs one
+                    packed[i] = payload
+                    break
+                if not w["jobs"]:
+                    w["deadline"] = time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+                w["jobs"].append(i)
                 try:
                     w["proc"].stdin.write(payload)
                     w["proc"].stdin.flush()
                 except OSError:
                     pass                          # dead zygote: noticed below as EOF
-        busy = [w["proc"].stdout for w in _pool["workers"] if w["job"] is not None]
-        wait = min([w["deadline"] for w in _pool["workers"] if w["job"] is not None], default=0) - time.monotonic()
-        ready, now = set(select.select(busy, [], [], max(0.0, wait))[0] if busy else ()), time.monotonic()
+        busy = [w for w in _pool["workers"] if w["jobs"]]
+        wait = min([w["deadline"] for w in busy], default=0) - time.monotonic()
+        ready, now = set(select.select([w["proc"].stdout for w in busy], [], [], max(0.0, wait))[0] if busy else ()), \
+            time.monotonic()
         for n, w in enumerate(_pool["workers"]):
             data = os.read(w["proc"].stdout.fileno(), 1 << 20 if w["buf"] else 1 << 16) if w["proc"].stdout in ready \
                 else None                         # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
             if data:
                 w["buf"] += data
-                if b"\n" not in w["buf"]:
-                    continue                      # partial line: keep reading
-                line, w["buf"] = w["buf"].split(b"\n", 1)
-                results[w["job"]], w["job"] = _decode(line), None
-            elif w["job"] is not None and (data == b"" or now >= w["deadline"]):   # died (EOF) or hung: replace
-                results[w["job"]] = {"ok": False, "error": "worker died" if data == b"" else "timeout", "stdout": "",
-                                     "values": None}
+                while b"\n" in w["buf"]:           # one line per job, in order
+                    line, w["buf"] = w["buf"].split(b"\n", 1)
+                    results[w["jobs"].pop(0)] = _decode(line)
+                    pending -= 1
+                    if w["jobs"]:                 # the zygote starts the next one now
+                        w["deadline"] = now + float(jobs[w["jobs"][0]].get("timeout", 5.0)) + GRACE_S
+            elif w["jobs"] and (data == b"" or now >= w["deadline"]):   # died (EOF) or hung: replace
+                results[w["jobs"].pop(0)] = {"ok": False, "error": "worker died" if data == b"" else "timeout",
+                                             "stdout": "", "values": None}
+                pending -= 1
+                for i in reversed(w["jobs"]):
+                    queues[jobs[i].get("family")].append(i)
                 _stop(w)
                 _pool["workers"][n] = _hello(_start(w["family"]))
-            else:
-                continue
-            pending -= 1
 
 
 def _decode(line):
