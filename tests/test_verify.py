@@ -459,6 +459,11 @@ def test_zygote_dying_mid_job_is_replaced():
     assert [r["error"] for r in res] == ["worker died"] * 2 and time.monotonic() - start < 10
     assert sandbox.run([{"code": "print(7)"}])[0]["stdout"] == "7\n"
     assert not set(zygotes) & {pid for pid, _ in sandbox.layers()["workers"]}
+    family0 = [w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0]   # a job queued behind a dying
+    threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in family0]).start()   # one runs elsewhere
+    res = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30, "family": 0}] +
+                      [{"code": "print(7)", "family": 0}] * 3)
+    assert [(r["error"], r["stdout"]) for r in res] == [("worker died", "")] + [("", "7\n")] * 3
 
 
 def test_families_have_different_hash_seeds_and_layers():
