@@ -319,7 +319,7 @@ def _zygote_main(number, home):
         del sys.path[0]                            # user code must not import the repo's modules
     layers.update(pid=os.getpid(), hash_seed=os.environ.get("PYTHONHASHSEED"), base=base)
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds 1/2 /dev/null
-    requests, replies = open(os.dup(0), "rb"), os.dup(1)   # buffered: a job is one read(2)
+    requests, replies = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -341,7 +341,7 @@ def _zygote_main(number, home):
     count = 0
     while True:
         count += 1
-        payload = requests.read(int.from_bytes(requests.read(8), "little"))   # length, marshal bytes
+        payload = _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little"))   # length, marshal bytes
         if not payload:
             break                                 # EOF from the parent (shutdown, or it died)
         _write_all(replies, _job(marshal.loads(payload), f"{base}/job{count}", uid))
@@ -411,16 +411,21 @@ def _write_all(fd, data):
         data = data[_write(fd, data):]
 
 
+def _take(fd, n):
+    """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job queued behind it."""
+    data = b""
+    while len(data) < n and (chunk := _read(fd, n - len(data))):
+        data += chunk
+    return data if len(data) == n else b""
+
+
 def _rmtree(path):
     """shutil.rmtree without the functions the guard disabled (the common case is an empty dir)."""
     try:
         _rmdir(path)
     except OSError:
         for entry in os.scandir(path):
-            if entry.is_dir(follow_symlinks=False):
-                _rmtree(entry.path)
-            else:
-                _unlink(entry.path)
+            _rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else _unlink(entry.path)
         _rmdir(path)
 
 
@@ -434,8 +439,7 @@ def _start(family):
     import subprocess                             # parent only: zygotes never load it (see _GuardHook)
     seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)   # 0 would turn hash randomisation off
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed), "LD_BIND_NOW": "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
     proc = subprocess.Popen([sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
                              str(_pool["count"]), os.environ.get("HOME", ""), *__import__("site").getsitepackages()],
@@ -445,8 +449,7 @@ def _start(family):
 
 
 def _hello(worker):
-    line = worker["proc"].stdout.readline()       # the zygote's layer report, once it is ready
-    if not line:
+    if not (line := worker["proc"].stdout.readline()):   # the zygote's layer report, once it is ready
         raise RuntimeError("sandbox worker failed to start; `python sandbox.py --worker 1 ~` shows why")
     worker["hello"] = json.loads(line)
     return worker
@@ -459,10 +462,8 @@ def _stop(worker):
         pass
     worker["proc"].wait()
     for f in (worker["proc"].stdin, worker["proc"].stdout):
-        try:
+        with __import__("contextlib").suppress(OSError):
             f.close()                             # unflushed bytes to a dead zygote: BrokenPipeError
-        except OSError:
-            pass
     base = (worker["hello"] or {}).get("base", "")
     if base.startswith(__import__("tempfile").gettempdir() + "/populora-sandbox-"):
         __import__("shutil").rmtree(base, ignore_errors=True)
@@ -587,9 +588,8 @@ def layers():
 
 def shutdown():
     with _pool["lock"]:
-        if _pool["pid"] == os.getpid():
-            for w in _pool["workers"]:
-                _stop(w)
+        for w in _pool["workers"] if _pool["pid"] == os.getpid() else ():
+            _stop(w)
         _pool.update(pid=None, workers=[])
 
 
