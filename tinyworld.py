@@ -301,8 +301,11 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
     tok = make_tokenizer([a + b for a, b in pairs], world["vocab_size"])
     data = encode(tok, pairs)
     t_corpus = time.time() - t0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(train["threads"])
+    # torch._C's function, not torch.set_num_threads: vLLM's CPU worker replaces that one with a no-op in its process,
+    # which left a warm start built after a vLLM engine (e.g. in the test session) at 1 thread, half speed
+    threads, set_threads = torch.get_num_threads(), torch._C.set_num_threads
+    set_threads(train["threads"])
+    used_threads = torch.get_num_threads()
     try:
         with population._seeded(train["seed"]):
             config = Qwen2Config(vocab_size=len(tok), bos_token_id=None, eos_token_id=tok.eos_token_id,
@@ -338,12 +341,12 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
                     log(f"warm step {step}/{train['steps']} loss {loss.item():.3f} "
                         f"{tokens / (time.time() - t0 - t_corpus):.0f} tok/s")
     finally:
-        torch.set_num_threads(threads)
+        set_threads(threads)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     stats = dict(corpus_s=t_corpus, train_s=time.time() - t0 - t_corpus, examples=len(data), pool=len(pool),
                  tokens=tokens, final_loss=sum(losses[-20:]) / len(losses[-20:]), vocab=len(tok),
-                 params=sum(p.numel() for p in model.parameters()))
+                 params=sum(p.numel() for p in model.parameters()), threads=used_threads)
     with open(os.path.join(folder, "tinyworld.json"), "w") as f:
         json.dump(dict(world=world, model=model_cfg, train=train, version=VERSION, stats=stats), f, indent=1)
     return stats

@@ -81,6 +81,9 @@ def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
     a, b = (tinyworld.warm_base(str(tmp_path / d), world=world, train=steps, log=lambda *x: None) for d in "ab")
     for name in ("model.safetensors", "tokenizer.json", "seeds.jsonl"):
         assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read(), name
+    # the thread count is part of what makes a build reproducible; it must hold even after a vLLM engine ran in this
+    # process (vLLM's CPU worker turns torch.set_num_threads into a no-op; test_population runs one before this)
+    assert json.load(open(os.path.join(a, "tinyworld.json")))["stats"]["threads"] == steps["threads"]
     stamp = os.path.getmtime(os.path.join(a, "model.safetensors"))
     assert tinyworld.warm_base(str(tmp_path / "a"), world=world, train=steps) == a  # reused, not rebuilt
     assert os.path.getmtime(os.path.join(a, "model.safetensors")) == stamp
