@@ -1,15 +1,14 @@
 """Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
 
-Split out of verify.py: process isolation is a concern of its own, and this file is also the worker program.
-API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid"}] (job keys: see _evaluate, _child), layers(), shutdown().
+Split out of verify.py (process isolation is a concern of its own; this file is also the worker program). API:
+run(jobs) -> [{"ok", "error", "stdout", "values", "pid"}] (job keys: see _evaluate, _job), layers(), shutdown().
 
-Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing)
-and ships it as marshal bytes (parent -> child only). It keeps a pool of "zygotes", warm interpreters launched
-separately, each with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different
-families, so set order can differ). Per job a zygote unmarshals it, makes the child's cwd, then forks; the child
-finishes the lock-down, runs the job and writes one JSON line of plain strings/bools (values are `repr` strings)
-that the zygote forwards; nothing from a child is unpickled or evaluated. ~1.5 ms CPU per run here (all processes),
-mostly fork, exit and page faults (bench/verify_bench.py), against ~60 ms to start a fresh Python.
+Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing) and
+ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm interpreters launched separately, each
+with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different families, so set
+order can differ). Per job a zygote unmarshals it, makes the child's cwd and forks; the child ends the lock-down,
+runs the job, writes one JSON line of plain strings/bools (values are `repr` strings) for the zygote to forward;
+nothing from a child is unpickled or evaluated. ~1.5 ms CPU per run in all (fork, exit, faults); python -c: ~60 ms.
 
 Layers (Linux; `layers()` reports what the running zygotes measured):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
@@ -26,9 +25,10 @@ Layers (Linux; `layers()` reports what the running zygotes measured):
      tmpfs, and /root, /home, $HOME and the repo's parent folder are covered (the interpreter's own folders,
      e.g. pyenv under /root, are bound back read-only). Without root: a user + network namespace is tried, no
      uid drop (NPROC = 0 still blocks fork), no mount namespace.
-Not covered: no seccomp, no PID namespace (/proc lists other processes, though another uid cannot signal or trace
-them), world-readable system files stay readable, host CPU/memory are shared (per-child limits only); without
-the mount namespace, children can create empty files in world-writable folders and truncate world-writable files.
+Not covered: no seccomp, no PID namespace (/proc lists other processes; other uids cannot signal or trace them),
+world-readable system files stay readable, host CPU/memory are shared (per-child limits only), a child's memory
+(its zygote's) may hold bytes of earlier jobs; without the mount namespace, children can create empty files in
+world-writable folders and truncate world-writable files.
 """
 import atexit
 import cmath
