@@ -312,7 +312,8 @@ def _zygote_main(number, home):
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
         resource.setrlimit(kind, (value, value))
     base = "/tmp" if layers["mount_namespace"] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
-    os.chmod(base, 0o1777)                        # children make their own cwd in here, like in /tmp
+    os.chmod(base, 0o1777)                        # like /tmp (which it is, with the mount namespace)
+    os.mkdir(jobs := base + "/jobs", 0o711)       # the zygote's: children reach their own cwd in here, make no name
     for name in PRELOAD:
         __import__(name)
     if sys.path and sys.path[0] == repo:
@@ -338,13 +339,10 @@ def _zygote_main(number, home):
         _outcome(dict(warm, mode=mode))           # every child (~10 fewer copy-on-write faults per child)
     gc.freeze()                                   # keep the collector off the zygote's pages in children
     _write_all(replies, (json.dumps(layers) + "\n").encode())
-    count = 0
-    while True:
+    count = 0                                     # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)
+    while payload := _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little")):
         count += 1
-        payload = _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little"))   # length, marshal bytes
-        if not payload:
-            break                                 # EOF from the parent (shutdown, or it died)
-        _write_all(replies, _job(marshal.loads(payload), f"{base}/job{count}", uid))
+        _write_all(replies, _job(marshal.loads(payload), f"{jobs}/{count}", uid))
 
 
 def _job(job, workdir, uid):

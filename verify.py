@@ -55,7 +55,7 @@ BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threadin
                       "posix _io _socket _thread _signal _posixsubprocess _ctypes fcntl pty mmap code codeop runpy "
                       "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify").split())
 # [ours] the C twins of banned modules and modules that run code given as a string or reach sys.modules
-BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib"}   # typing.sys.modules['os'], ...
+BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open"}   # typing.sys.modules, codecs.open
 BANNED_NAMES = set("open exec eval compile __import__ input globals breakpoint exit quit vars".split())
 ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
                "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame cr_frame ag_frame "
@@ -309,9 +309,9 @@ def _screen(tree):
         elif kind is ast.Call:
             if isinstance(node.func, ast.Name) and node.func.id in ATTR_CALLS and node.func.id not in bound:
                 name = node.args[1] if len(node.args) > 1 else None
-                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)
-                        and not name.value.startswith("__")):
-                    raise Invalid(f"{node.func.id} needs a constant attribute name")
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not
+                        name.value.startswith("__") and name.value not in BANNED_ATTRS):   # getattr(codecs, "sys")
+                    raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
                 root = _root(node.args[0])
                 if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name) and root.id in imported:
                     raise Invalid("modifies an imported module")
