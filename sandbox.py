@@ -321,11 +321,9 @@ def _zygote_main(number, home):
     layers.update(pid=os.getpid(), hash_seed=os.environ.get("PYTHONHASHSEED"), base=base)
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds 1/2 /dev/null
     requests, replies = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDWR)
+    _null = os.open(os.devnull, os.O_RDWR)        # kept: a job's stdin file is swapped back for it after the job
     for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    _null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(_null, fd)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
                                  errors="replace")
     sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)

@@ -258,10 +258,10 @@ def _root(node):
     return node
 
 
-def _nodes(tree, node_type=ast.AST):
+def _nodes(tree):
     """All nodes of a tree but the Load/Add/... markers (a third of them; the screen reads them through their
     parent), iteratively (model text can nest past the recursion limit); ~2x faster than ast.walk."""
-    out, stack = [], [tree]
+    out, stack, node_type = [], [tree], ast.AST
     while stack:
         node = stack.pop()
         out.append(node)
