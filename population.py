@@ -11,8 +11,9 @@ What is here, as plain functions over plain data:
 - TrueSkill ratings, the match-outcome rule and PFSP matchmaking (SPEC §4.1, §6);
 - atomic checkpoints of the whole population (SPEC §10).
 Not here: the loss, advantages and the training loop (train.py), the evolution operators (evolve.py).
-The memory of token_logprobs grows with batch x completion length x vocabulary: the caller picks the
-micro-batch. vLLM sleep mode is enabled on CUDA but never called here (adapters after a wake-up are untested).
+token_logprobs never builds full-vocabulary float32 logits for a whole sequence: the vocabulary projection runs
+over `chunk` completion tokens at a time and is recomputed in backward, so its memory grows with the chunk, not
+with batch x length x vocabulary. vLLM engines stay resident (no sleep mode: never measured on a GPU).
 """
 import contextlib
 import gc
@@ -28,6 +29,7 @@ import tempfile
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 import trueskill
 from safetensors.torch import load_file, save_file
 
@@ -99,16 +101,22 @@ def load_base(model, dtype="float32", device="cpu", cache_dir="out/.tiny"):
     """(model, tokenizer, model_path) with every base parameter frozen. `model` is a hub id, a local folder or
     "tiny" (built once into cache_dir, keyed by a hash of its build config) or "tiny-warm" (tinyworld.warm_base)."""
     from transformers import AutoModelForCausalLM
-    path = model
-    if model == "tiny":
-        path = cached_folder(cache_dir, "tiny", [TINY, SPECIALS, 0], build_tiny)
-    if model == "tiny-warm":  # tinyworld.py: the tiny base warm-started on a synthetic corpus, built once, cached
-        import tinyworld
-        path = tinyworld.warm_base(cache_dir)
+    path = model_folder(model, cache_dir)
     tokenizer = load_tokenizer(path)
-    base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
+    # straight onto the device: `.to(device)` after loading would hold the whole base in host RAM on every rank
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), device_map=device)
     base.requires_grad_(False)
     return base, tokenizer, path
+
+
+def model_folder(model, cache_dir="out/.tiny"):
+    """The folder or hub id to load for `model`: "tiny" and "tiny-warm" are built once into cache_dir."""
+    if model == "tiny":
+        return cached_folder(cache_dir, "tiny", [TINY, SPECIALS, 0], build_tiny)
+    if model == "tiny-warm":  # tinyworld.py: the tiny base warm-started on a synthetic corpus, built once, cached
+        import tinyworld
+        return tinyworld.warm_base(cache_dir)
+    return model
 
 
 def load_tokenizer(path):
@@ -200,24 +208,33 @@ def trainable_params(model, name):
 
 
 @contextlib.contextmanager
-def _active(model, name):
-    """Make `name` the only active adapter for a forward pass, then restore; requires_grad flags untouched."""
-    previous = model.active_adapter
+def active(model, name):
+    """Make `name` the only active adapter inside the block, then restore the previous one; requires_grad flags
+    untouched. Keep the block open through backward: gradient checkpointing re-runs each layer's forward during
+    backward, with whatever adapter is active then. The previous adapter is read from the LoraModel
+    (model.base_model): PeftModel.active_adapter keeps its first value after base_model.set_adapter."""
+    previous = model.base_model.active_adapter
     model.base_model.set_adapter(name)
     try:
         yield
     finally:
         model.base_model.set_adapter(previous)
-        for n, p in model.named_parameters():  # undo peft's flag flipping (see init_population)
+        # undo peft's flag flipping (see init_population)
+        for n, p in model.named_parameters():
             if _adapter_of(n) is not None:
                 p.requires_grad_(True)
 
 
-def _write_adapter(model, name, folder):
+def _write_adapter(model, name, folder, dtype=None):
     """Save one adapter as a PEFT folder (adapter_config.json + adapter_model.safetensors): loadable by
-    PeftModel.from_pretrained and by vLLM's LoRARequest."""
+    PeftModel.from_pretrained and by vLLM's LoRARequest. dtype None keeps the weights' own (checkpoints: exact);
+    the vLLM sync writes the engine's dtype (bf16 at 7B: half the bytes of peft's float32 adapter weights)."""
     os.makedirs(folder, exist_ok=True)
-    weights = {k: v.contiguous().cpu() for k, v in get_adapter(model, name).items()}
+    weights = {}
+    for k, v in get_adapter(model, name).items():
+        if dtype is not None:
+            v = v.to(dtype)
+        weights[k] = v.contiguous().cpu()
     save_file(weights, os.path.join(folder, "adapter_model.safetensors"), metadata={"format": "pt"})
     model.peft_config[name].save_pretrained(folder)
 
@@ -240,13 +257,41 @@ def make_engine(kind, model_path, model, tokenizer, members, cfg):
               "eos": sorted(e for e in eos if e is not None), "batch_size": cfg.get("hf_batch_size", 64),
               "lora_ids": {m["name"]: m["lora_id"] for m in members}}
     if kind == "vllm":
+        engine["dtype"] = getattr(torch, cfg.get("dtype") or "float32")
+        engine["lora_dir"] = lora_folder(cfg.get("lora_dir", ""), cfg.get("out_dir", "out"),
+                                         adapter_bytes(model, members[0]["name"], engine["dtype"]) * len(members))
         engine["llm"] = _make_llm(model_path, len(members), max_len, cfg)
-        engine["own_lora_dir"] = not cfg.get("lora_dir")
-        engine["lora_dir"] = cfg.get("lora_dir") or tempfile.mkdtemp(
-            prefix="populora-lora-", dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)  # tmpfs on GPU nodes
         engine["paths"] = {}
         sync_adapters(engine, model, [m["name"] for m in members], 0)
     return engine
+
+
+def adapter_bytes(model, name, dtype):
+    """Bytes of one adapter's weights written in `dtype` (what one vLLM sync writes per member)."""
+    element = torch.empty(0, dtype=dtype).element_size()
+    return sum(p.numel() for p in trainable_params(model, name)) * element
+
+
+def lora_folder(choice, out_dir, need):
+    """A fresh folder for the vLLM adapter sync, which writes every member's adapter (`need` bytes) and keeps the
+    previous version until the new one is loaded (2 x need). `choice` "" = tmpfs (/dev/shm) when it has room, else
+    a folder under out_dir; any other value is used as given, if it has room. A clear error otherwise: Docker's
+    default /dev/shm is 64 MB, and one rank-32 7B adapter alone is ~160 MB in bf16."""
+    candidates = [choice] if choice else ["/dev/shm", os.path.join(out_dir, "lora_sync")]
+    seen = []
+    for folder in candidates:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            free = shutil.disk_usage(folder).free
+        except OSError as e:
+            seen.append(f"{folder}: {e.strerror or e}")
+            continue
+        if free >= 2 * need:
+            return tempfile.mkdtemp(prefix="populora-lora-", dir=folder)
+        seen.append(f"{folder}: {free / 1e6:.0f} MB free")
+    raise OSError(f"no room for the vLLM adapter sync ({2 * need / 1e6:.0f} MB needed: every member's adapter, "
+                  f"twice); {'; '.join(seen)}. Pass --lora_dir a folder with room (or enlarge /dev/shm, e.g. "
+                  f"docker run --shm-size 8g)")
 
 
 def _make_llm(model_path, n_members, max_len, cfg):
@@ -261,9 +306,7 @@ def _make_llm(model_path, n_members, max_len, cfg):
                   max_model_len=max_len, seed=cfg["seed"], enforce_eager=not cuda,
                   gpu_memory_utilization=cfg.get("gpu_memory_utilization", 0.5))
     kwargs.update({k: cfg[k] for k in ("max_num_seqs", "max_num_batched_tokens") if cfg.get(k)})
-    if cuda:
-        kwargs["enable_sleep_mode"] = True  # raises on CPU
-    else:  # otherwise the CPU worker reserves gpu_memory_utilization x host RAM for the KV cache
+    if not cuda:  # otherwise the CPU worker reserves gpu_memory_utilization x host RAM for the KV cache
         kwargs["kv_cache_memory_bytes"] = cfg.get("kv_cache_memory_bytes", 64 << 20)
         # vLLM 0.32 CPU bug: a seeded request whose prompt is split over steps (chunked prefill) rewinds its
         # torch.Generator with set_offset, which CPU generators lack (RuntimeError). Schedule prompts whole.
@@ -288,7 +331,7 @@ def sync_adapters(engine, model, names, version):
     llm = engine["llm"]
     for name in names:
         path = os.path.join(engine["lora_dir"], name, f"v{version}")
-        _write_adapter(model, name, path)
+        _write_adapter(model, name, path, engine["dtype"])
         llm.llm_engine.add_lora(LoRARequest(name, engine["lora_ids"][name], path, load_inplace=True))
         old, engine["paths"][name] = engine["paths"].get(name), path
         if old and old != path:
@@ -297,14 +340,15 @@ def sync_adapters(engine, model, names, version):
 
 
 def close_engine(engine):
-    """Shut the vLLM engine down now (hf: nothing to do). Under torchrun, vLLM's shutdown also destroys the default
-    process group: call this last, then dist.destroy_process_group() only if dist.is_initialized()."""
+    """Shut the vLLM engine down now (hf: nothing to do) and delete its adapter folder. Under torchrun, vLLM's
+    shutdown also destroys the default process group: call this first, then dist.destroy_process_group() only if
+    dist.is_initialized()."""
     llm = engine.pop("llm", None)
     if llm is not None:
         llm.llm_engine.engine_core.shutdown()
         del llm
         gc.collect()
-    if engine.pop("own_lora_dir", False):
+    if engine.get("lora_dir"):
         shutil.rmtree(engine["lora_dir"], ignore_errors=True)
 
 
@@ -385,10 +429,15 @@ def _generate_hf(engine, items, temperature, top_p, seed):
 # ----------------------------------------------------------------------------- log-probs for the loss
 
 
-def token_logprobs(model, name, prompt_ids, completion_ids):
+def token_logprobs(model, name, prompt_ids, completion_ids, chunk=1024):
     """One micro-batch forward under member `name` alone. Returns (logp [B, T], mask [B, T] float, entropy
     [B, T]), T = longest completion, row i's completion tokens at 0..len-1 (right padded, mask 0 after).
-    Gradients reach only `name`'s LoRA parameters; entropy (nats, over the full vocabulary) is detached."""
+    Gradients reach only `name`'s LoRA parameters; entropy (nats, over the full vocabulary) is detached.
+
+    Memory (SPEC §5): the vocabulary projection, log-softmax and entropy run over `chunk` completion tokens at a
+    time (completion_chunk), and with gradients each chunk is checkpointed: only its hidden states are kept and
+    the chunk's logits are rebuilt in backward. Peak extra memory ~ chunk x vocabulary x 4 bytes x a few, not
+    B x T x vocabulary. Callers that train keep `active(model, name)` open through backward."""
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
     if any(len(p) == 0 for p in prompt_ids):
@@ -396,29 +445,55 @@ def token_logprobs(model, name, prompt_ids, completion_ids):
     device = next(model.parameters()).device
     B, T = len(prompt_ids), max((len(c) for c in completion_ids), default=0)
     L = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
-    input_ids, attention = torch.zeros((B, L), dtype=torch.long), torch.zeros((B, L), dtype=torch.long)
-    targets, mask = torch.zeros((B, T), dtype=torch.long), torch.zeros((B, T))
-    where = torch.zeros((B, T), dtype=torch.long)  # position whose output predicts completion token t
+    input_ids = torch.zeros((B, L), dtype=torch.long)
+    attention = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.zeros((B, T))
+    rows, positions, targets = [], [], []  # one entry per completion token, in [B, T] row-major order
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         n = len(p) + len(c)
         input_ids[i, :n] = torch.tensor(list(p) + list(c))
         attention[i, :n] = 1
-        targets[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
         mask[i, :len(c)] = 1
-        where[i, :len(c)] = torch.arange(len(p) - 1, n - 1)
+        rows += [i] * len(c)
+        # the output at position j predicts token j + 1: completion token t is predicted at len(p) - 1 + t
+        positions += range(len(p) - 1, n - 1)
+        targets += list(c)
     base = model.get_base_model()
-    with _active(model, name):
-        # right padding: pad rows sit after the real tokens, so positions and causal masks need no adjusting;
-        # the vocabulary projection runs on completion positions only (the prompt's logits are never built)
-        hidden = base.get_decoder()(input_ids=input_ids.to(device), attention_mask=attention.to(device)).last_hidden_state
-        picked = hidden.gather(1, where.to(device)[..., None].expand(-1, -1, hidden.shape[-1]))
-        logits = base.get_output_embeddings()(picked).float()  # [B, T, V]
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, targets.to(device)[..., None]).squeeze(-1)
+    with active(model, name):
+        # right padding: pad rows sit after the real tokens, so positions and causal masks need no adjusting
+        hidden = base.get_decoder()(input_ids=input_ids.to(device),
+                                    attention_mask=attention.to(device)).last_hidden_state
+        picked = hidden[torch.tensor(rows, device=device), torch.tensor(positions, device=device)]  # [N, H]
+        head = base.get_output_embeddings()
+        targets = torch.tensor(targets, dtype=torch.long, device=device)
+        logp_parts, entropy_parts = [], []
+        for start in range(0, len(targets), chunk):
+            piece = (picked[start:start + chunk], targets[start:start + chunk])
+            if torch.is_grad_enabled() and picked.requires_grad:
+                logp, entropy = torch.utils.checkpoint.checkpoint(completion_chunk, head, *piece,
+                                                                  use_reentrant=False)
+            else:
+                logp, entropy = completion_chunk(head, *piece)
+            logp_parts.append(logp)
+            entropy_parts.append(entropy)
     mask = mask.to(device)
+    flat = mask.flatten().nonzero().squeeze(-1)  # [N] indices of completion tokens in [B * T]
+    logp = torch.zeros(B * T, device=device).index_put((flat,), torch.cat(logp_parts) if logp_parts else
+                                                       torch.zeros(0, device=device))
+    entropy = torch.zeros(B * T, device=device)
+    if entropy_parts:
+        entropy[flat] = torch.cat(entropy_parts)
+    return logp.view(B, T), mask, entropy.view(B, T)
+
+
+def completion_chunk(head, hidden, targets):
+    """log pi(target) and the entropy (detached) for a chunk of completion tokens: hidden [n, H] -> [n], [n].
+    Logits in float32 for an exact log-softmax, for this chunk only."""
+    logp_all = torch.log_softmax(head(hidden).float(), dim=-1)  # [n, V]
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
     with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * mask
-    return logp * mask, mask, entropy
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
 
 
 # ----------------------------------------------------------------------------- ratings and matchmaking (SPEC §6, §4.1)

@@ -12,6 +12,7 @@ How to run (every config key is a flag, `--key value` or `--key=value`):
   torchrun --standalone --nproc_per_node 8 train.py --teachers 4 --students 4
   python train.py --baseline                                      # AZR single agent, same per-adapter batches
   python train.py --seed_archive ../shared/azr_seeds/7b_coder_seed_io.jsonl --resume auto
+  python train.py --plan --gpu_memory_gb 80                       # per-rank GPU memory plan, nothing loaded
 
 Deliberate deviations from the paper and from AZR (keep this list honest):
 1) The matched student's attempts are used both for the teacher's reward (its solve rate p) and for the student's
@@ -25,12 +26,17 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
    whose teacher made fewer than `min_problems` valid problems of a type is topped up with recent archive problems
    (they train the student, they do not score the teacher). A too long teacher prompt shows fewer references.
 5) Sequences with advantage 0 are not forwarded in the update (no gradient; their tokens still count in the loss
-   denominator), so `entropy/*` is over trained tokens only.
+   denominator), so `entropy/*` is over trained tokens only. A response the engine could not generate (its prompt
+   leaves no room) gets no reward and no update; it is counted in `teacher/<m>/not_generated`.
 6) Baseline: the single adapter "a0" plays itself; the self-match is logged, not rated. A teacher matched to several
-   students (N_S > N_T) is paid on all their attempts.
+   students (N_S > N_T) is paid on all their attempts. `--teachers 0`: students train on the seed archive alone.
+7) Evolution happens at the start of every `evolve_every`-th step, before matchmaking, not after the update: every
+   checkpoint (the one evaluate.py scores included) holds members that have trained, and the last step makes no
+   children that nobody trains.
 """
 import argparse
 import contextlib
+import datetime
 import functools
 import hashlib
 import json
@@ -45,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 import evolve
+import plan
 import population
 import verify
 
@@ -62,7 +69,9 @@ config = dict(
     lr=1e-5,                        # AdamW learning rate, constant (SPEC §5)
     weight_decay=0.0,               # AdamW weight decay
     grad_clip=1.0,                  # max global gradient norm per member and step
-    micro_batch=8,                  # sequences per forward/backward (gradient accumulation); lower first on OOM
+    micro_batch_tokens=16384,       # padded tokens per forward/backward (gradient accumulation); lower first on OOM
+    logprob_chunk=1024,             # completion tokens per vocabulary-projection chunk of the log-prob pass
+    gradient_checkpointing=None,    # recompute layer activations in backward; None = on with CUDA, off on CPU
     steps=200,                      # training steps
     propose_per_task=16,            # proposals per teacher per task type per step
     solve_samples=8,                # attempts per valid problem by the matched student
@@ -76,7 +85,7 @@ config = dict(
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
     validate_timeout=5.0,           # seconds per sandboxed run
     archive_cap=16384,              # problems kept per task type; the oldest are evicted
-    seed_archive="",                # AZR seed JSONL (snippet+input, or snippet+inputs+message); "" = identity program
+    seed_archive="",                # AZR seed JSONL files, comma-separated (snippet+input, or snippet+inputs+message)
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
@@ -87,11 +96,17 @@ config = dict(
     device="",                      # "" = cuda when available, else cpu
     dtype="",                       # "" = bfloat16 on GPU, float32 on CPU
     gpu_memory_utilization=0.4,     # share of GPU memory vLLM may take (training uses the rest); lower on OOM
+    lora_dir="",                    # folder for the vLLM adapter sync; "" = /dev/shm if it has room, else out_dir
+    dist_timeout_min=60,            # minutes a rank may wait in a collective before torchrun gives up
+    plan=False,                     # print the per-rank GPU memory plan (no weights loaded) and exit
+    gpu_memory_gb=0.0,              # GPU memory per rank for the plan; 0 = detect (needs a GPU)
     model_cache="out/.tiny",        # where the built-in `tiny` / `tiny-warm` bases are built once and reused
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/ checkpoints
     save_every=10,                  # steps between checkpoints (the last step is always saved); -1 = only the last
     resume="",                      # "" = fresh, "auto" = newest checkpoint in out_dir, or a step_NNNNNN folder
     samples_per_step=4,             # problems (with one answer each) written to samples.jsonl per step
+    wandb_project="",               # Weights & Biases project for the metrics.jsonl rows; "" = off
+    wandb_run="",                   # wandb run name; "" = wandb's own
     seed=1337,                      # everything random derives from it
 )
 
@@ -108,26 +123,41 @@ def str2bool(text):
     return text.lower() in ("1", "true", "yes")
 
 def parse_config(defaults, argv):
-    """--key value / --key=value for every config key, typed like its default; a bool also as a bare --key."""
+    """--key value / --key=value for every config key, typed like its default; a bool also as a bare --key, and a
+    None default is an optional bool (None = decided at start-up, e.g. by the device)."""
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0], allow_abbrev=False)
     for key, value in defaults.items():
-        kind = dict(type=str2bool, nargs="?", const=True) if isinstance(value, bool) else dict(type=type(value))
+        if value is None or isinstance(value, bool):
+            kind = dict(type=str2bool, nargs="?", const=True)
+        else:
+            kind = dict(type=type(value))
         parser.add_argument(f"--{key}", default=value, **kind)
-    return vars(parser.parse_args(argv))  # unknown flags and bad values: argparse prints the reason and exits (2)
+    # unknown flags and bad values: argparse prints the reason and exits (2)
+    return vars(parser.parse_args(argv))
+
 
 def check_config(cfg, roles):
     """Everything cheap that can be wrong, before any model or process group exists: one clear message each.
     Returns the checkpoint folder to resume from, or None."""
-    for key in ("steps", "propose_per_task", "solve_samples", "micro_batch", "archive_cap", "max_new_tokens") + (
-            () if cfg["baseline"] else ("teachers", "students")):
+    for key in ("steps", "propose_per_task", "solve_samples", "micro_batch_tokens", "logprob_chunk",
+                "archive_cap", "max_new_tokens", "dist_timeout_min"):
         if cfg[key] < 1:
-            raise SystemExit(f"--{key} {cfg[key]}: must be >= 1" + (" (or --baseline: one adapter plays both roles)"
-                                                                     if key in ("teachers", "students") else ""))
-    for key, allowed in (("engine", ("auto", "hf", "vllm")), ("dtype", ("", "float32", "bfloat16", "float16")),
-                         ("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
-        if any(name.strip() not in allowed for name in (cfg[key].split(",") if key.endswith("s") else [cfg[key]])):
-            raise SystemExit(f"--{key} {cfg[key]!r}: expected {'names' if key.endswith('s') else 'one'} of "
-                             f"{list(allowed)}")
+            raise SystemExit(f"--{key} {cfg[key]}: must be >= 1")
+    if not cfg["baseline"]:
+        if cfg["students"] < 1:
+            raise SystemExit(f"--students {cfg['students']}: must be >= 1 (or --baseline: one adapter plays "
+                             "both roles)")
+        if cfg["teachers"] < 0:
+            raise SystemExit(f"--teachers {cfg['teachers']}: must be >= 0 (0: students train on the seed "
+                             "archive alone)")
+    if cfg["gpu_memory_gb"] < 0:
+        raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
+    for key, allowed in (("engine", ("auto", "hf", "vllm")), ("dtype", ("", "float32", "bfloat16", "float16"))):
+        if cfg[key] not in allowed:
+            raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
+    for key, allowed in (("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
+        if any(name.strip() not in allowed for name in cfg[key].split(",")):
+            raise SystemExit(f"--{key} {cfg[key]!r}: expected names of {list(allowed)}")
     try:
         os.makedirs(cfg["out_dir"], exist_ok=True)
         tempfile.TemporaryFile(dir=cfg["out_dir"]).close()
@@ -195,10 +225,6 @@ def broadcast_member(model, name, src, world):
             dist.broadcast(flat, src=src)
             torch.nn.utils.vector_to_parameters(flat, params)
 
-def to_cpu(obj):  # optimizer states travel between ranks as CPU tensors
-    return ({k: to_cpu(v) for k, v in obj.items()} if isinstance(obj, dict) else obj.detach().cpu() if
-            torch.is_tensor(obj) else [to_cpu(v) for v in obj] if isinstance(obj, list) else obj)
-
 @functools.lru_cache(maxsize=1)
 def cvt_centroids(cells=4096, iterations=5):
     """The fixed 4096-cell CVT of the unit box over the 4 complexity descriptors (SPEC §10): Lloyd's k-means over
@@ -222,9 +248,10 @@ def describe(problems):
 def problem_core(problem):  # what the verifier and the prompts need of an archive problem (no bookkeeping keys)
     return {k: v for k, v in problem.items() if k not in ("step", "cell", "complexity")}
 
-def as_problem(task, proposal, result):  # the proposal with the verifier's normalised program and its output(s)
-    key = "outputs" if task == "code_f" else "output"
-    return dict(proposal, program=result["program"], **{key: result[key]})
+def as_problem(task, proposal, result):
+    """The proposal with what the verifier made of it: its normalised program, its output(s) (repr strings, for the
+    prompts) and the gold encoding(s) grading compares against (every result key but the verdict)."""
+    return dict(proposal, **{k: v for k, v in result.items() if k not in ("valid", "reason")})
 
 def pick_recent(problems, step, need, rng):
     """Top-up problems like AZR's `max_new` mix: those added at the previous step first (the seeds count as that at
@@ -259,30 +286,118 @@ def pg_loss(logp, mask, advantages, total_tokens):
     batch, so the micro-batch losses add up to the full loss (gradient accumulation needs no rescaling)."""
     return -(advantages[:, None] * logp * mask).sum() / max(total_tokens, 1)
 
-def train_member(model, name, optimizer, sequences, cfg):
-    """One AdamW step of member `name` on its sequences {"prompt_ids", "completion_ids", "reward", "role", "task"}:
-    TRR++ advantages per (role, task), micro-batches with gradient accumulation, global grad-norm clip."""
+def student_reward(correct, well_formed):
+    """AZR's solver reward (SPEC §4.6): correct 1, well-formed but wrong -0.5, format error -1."""
+    if correct:
+        return 1.0
+    if well_formed:
+        return -0.5
+    return -1.0
+
+
+def teacher_reward(valid, solve_rate, unsolved):
+    """The proposer reward (SPEC §4.6, deviation 3) for one proposal: invalid or badly formatted -1; a valid problem
+    its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too easy) and `unsolved` if p = 0
+    (the paper's equation: 0; AZR's code: -0.5)."""
+    if not valid:
+        return -1.0
+    if solve_rate == 1:
+        return 0.0
+    if solve_rate == 0:
+        return unsolved
+    return 1.0 - solve_rate
+
+
+def pack_micro_batches(sequences, budget):
+    """Micro-batches of at most `budget` padded tokens (batch size x its longest prompt + completion), over
+    sequences sorted by length so similar lengths share a batch. A sequence longer than the budget gets a batch of
+    its own. The budget, not a sequence count, bounds activation memory (SPEC §5)."""
+    batches, batch, longest = [], [], 0
+    for s in sorted(sequences, key=lambda s: len(s["prompt_ids"]) + len(s["completion_ids"])):
+        length = len(s["prompt_ids"]) + len(s["completion_ids"])
+        if batch and (len(batch) + 1) * max(longest, length) > budget:
+            batches.append(batch)
+            batch, longest = [], 0
+        batch.append(s)
+        longest = max(longest, length)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def rank_share(sequences, rank, world):
+    """SPEC §9: this rank's share of one member's sequences, balanced by tokens: longest first, each to the rank
+    with the fewest tokens so far (ties: the lower rank). Every rank computes the same split."""
+    load = [0] * world
+    shares = [[] for _ in range(world)]
+    order = sorted(range(len(sequences)),
+                   key=lambda i: -(len(sequences[i]["prompt_ids"]) + len(sequences[i]["completion_ids"])))
+    for i in order:
+        r = load.index(min(load))
+        shares[r].append(sequences[i])
+        load[r] += len(sequences[i]["prompt_ids"]) + len(sequences[i]["completion_ids"])
+    return shares[rank]
+
+
+def sum_over_ranks(params, numbers, world):
+    """Sum every rank's gradients of `params` and the float `numbers` (loss, entropy, token counts) in ONE
+    all_reduce (a collective: every rank calls it for every member it trains, in the same order). A parameter
+    this rank gave no gradient contributes zeros. Returns the summed numbers; the gradients are replaced."""
+    if world == 1:
+        return numbers
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.flatten().float() for g in grads] + [torch.tensor(numbers, device=grads[0].device)])
+    dist.all_reduce(flat)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
+        offset += p.numel()
+    return flat[offset:].tolist()
+
+
+def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
+    """One AdamW step of member `name` on its sequences {"prompt_ids", "completion_ids", "reward", "role",
+    "task"} (the member's WHOLE batch, identical on every rank): TRR++ advantages over the whole batch, this
+    rank's token-balanced share forwarded in micro-batches of `micro_batch_tokens`, gradients summed over ranks,
+    global grad-norm clip, and the same AdamW step on every rank (SPEC §5, §9)."""
     advantages = trr_advantages([s["reward"] for s in sequences], [(s["role"], s["task"]) for s in sequences])
     sequences = [dict(s, advantage=a) for s, a in zip(sequences, advantages)]
+    # the loss denominator: the member's completion tokens over all ranks, zero-advantage ones included
     total_tokens = sum(len(s["completion_ids"]) for s in sequences)
-    work = sorted((s for s in sequences if s["advantage"] != 0 and s["completion_ids"]),  # deviation 5
-                  key=lambda s: len(s["prompt_ids"]) + len(s["completion_ids"]))  # similar lengths share a batch
+    # deviation 5: a zero-advantage sequence has no gradient, so it is not forwarded
+    work = [s for s in sequences if s["advantage"] != 0 and s["completion_ids"]]
+    stats = {"loss": 0.0, "entropy": {"teacher": 0.0, "student": 0.0}, "tokens": {"teacher": 0, "student": 0},
+             "grad_norm": 0.0}
+    if not work:
+        # the same on every rank: no collective, no AdamW step (the moments are left as they are)
+        return stats
+    params = population.trainable_params(model, name)
     optimizer.zero_grad(set_to_none=True)
-    stats = {"loss": 0.0, "entropy": {"teacher": 0.0, "student": 0.0}, "tokens": {"teacher": 0, "student": 0}}
-    for start in range(0, len(work), cfg["micro_batch"]):
-        batch = work[start:start + cfg["micro_batch"]]
-        logp, mask, entropy = population.token_logprobs(model, name, [s["prompt_ids"] for s in batch],
-                                                        [s["completion_ids"] for s in batch])  # [B, T] each
-        advantages = torch.tensor([s["advantage"] for s in batch], dtype=logp.dtype, device=logp.device)
-        loss = pg_loss(logp, mask, advantages, total_tokens)
-        loss.backward()
-        stats["loss"] += loss.item()
-        for row, s in enumerate(batch):
-            stats["entropy"][s["role"]] += entropy[row].sum().item()
-            stats["tokens"][s["role"]] += int(mask[row].sum().item())
-    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(population.trainable_params(model, name),
-                                                              cfg["grad_clip"]))  # before clipping
-    optimizer.step()  # parameters without a gradient (all advantages 0) are left alone by AdamW: a no-op step
+    # `name` stays active through backward: gradient checkpointing re-runs the forward during backward
+    with population.active(model, name):
+        for batch in pack_micro_batches(rank_share(work, rank, world), cfg["micro_batch_tokens"]):
+            logp, mask, entropy = population.token_logprobs(
+                model, name, [s["prompt_ids"] for s in batch], [s["completion_ids"] for s in batch],
+                chunk=cfg["logprob_chunk"])  # [B, T] each
+            batch_advantages = torch.tensor([s["advantage"] for s in batch], dtype=logp.dtype,
+                                            device=logp.device)
+            loss = pg_loss(logp, mask, batch_advantages, total_tokens)
+            loss.backward()
+            stats["loss"] += loss.item()
+            for row, s in enumerate(batch):
+                stats["entropy"][s["role"]] += entropy[row].sum().item()
+                stats["tokens"][s["role"]] += int(mask[row].sum().item())
+    numbers = [stats["loss"], stats["entropy"]["teacher"], stats["entropy"]["student"],
+               stats["tokens"]["teacher"], stats["tokens"]["student"]]
+    numbers = sum_over_ranks(params, numbers, world)
+    stats["loss"] = numbers[0]
+    stats["entropy"] = {"teacher": numbers[1], "student": numbers[2]}
+    stats["tokens"] = {"teacher": int(round(numbers[3])), "student": int(round(numbers[4]))}
+    # the norm before clipping, of the summed gradient: the same on every rank
+    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"]))
+    optimizer.step()
+    # free this member's gradients before the next member's backward (one member's gradients at a time)
+    optimizer.zero_grad(set_to_none=True)
     return stats
 
 
@@ -293,18 +408,26 @@ def seed_problems(cfg, rank, world):
     its number) re-validated in the sandbox, invalid ones dropped and counted. Code_i/o seeds go into both archives."""
     pairs, induction = [dict(program=IDENTITY, input='"Hello world"')], [dict(IDENTITY_F)]
     if cfg["seed_archive"]:
-        pairs, induction, number = [], [], 0
-        try:
-            with open(cfg["seed_archive"]) as f:
-                for number, line in enumerate(f, 1):
-                    row = json.loads(line) if line.strip() else None  # AZR's snippets already hold their imports
-                    if row is not None:
-                        (induction if "inputs" in row else pairs).append(dict(program=row.get("snippet") or row[
-                            "program"], **dict(inputs=list(map(str, row["inputs"])), message=str(row["message"]))
-                            if "inputs" in row else dict(input=str(row["input"]))))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SystemExit(f"--seed_archive {cfg['seed_archive']!r}: {e!r} at line {number}; expected JSON lines "
-                             "with snippet + input, or snippet + inputs + message (AZR's seed format)")
+        pairs, induction = [], []
+        # several files, comma-separated: AZR seeds code_i/code_o and code_f from separate files
+        for path in [p.strip() for p in cfg["seed_archive"].split(",") if p.strip()]:
+            number = 0
+            try:
+                with open(path) as f:
+                    for number, line in enumerate(f, 1):
+                        if not line.strip():
+                            continue
+                        # AZR's snippets already hold their imports
+                        row = json.loads(line)
+                        program = row.get("snippet") or row["program"]
+                        if "inputs" in row:
+                            induction.append(dict(program=program, inputs=[str(x) for x in row["inputs"]],
+                                                  message=str(row["message"])))
+                        else:
+                            pairs.append(dict(program=program, input=str(row["input"])))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                raise SystemExit(f"--seed_archive {path!r}: {e!r} at line {number}; expected JSON lines with "
+                                 "snippet + input, or snippet + inputs + message (AZR's seed format)")
     jobs = [("code_o", p) for p in pairs] + [("code_f", p) for p in induction]
     archive = {task: [] for task in verify.TASKS}
     for (task, p), r in zip(jobs, split_run(lambda share: run_verify(verify.validate, share, cfg["validate_timeout"]),
@@ -320,8 +443,10 @@ def seed_problems(cfg, rank, world):
     return archive
 
 def evolve_population(model, members, optimizers, make_optimizer, cfg, step, next_id, rank, world):
-    """SPEC §7: rank 0 plans the children (evolve.replacement_step) and writes them into their slots; plan and weights
-    go to every rank; each child's optimizer state is reset, or copied per module from its donor parent."""
+    """SPEC §7: rank 0 plans the children (evolve.replacement_step) and writes them into their slots; the plan and
+    the children's weights go to every rank (the only weight broadcast of the run). Every rank holds every
+    member's optimizer state (SPEC §9), so each rank resets a child's state, or copies it per module from its
+    donor parent, on its own."""
     records = None
     if rank == 0:
         adapters = {m["name"]: population.get_adapter(model, m["name"]) for m in members}
@@ -331,24 +456,30 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
             population.set_adapter(model, r["name"], r.pop("adapter"))
             r["reason"] = r.pop("info").get("reason", "")
     records = broadcast_object(records, 0, world)
-    owner = {m["name"]: i % world for i, m in enumerate(members)}
-    donors = sorted({d for r in records for d in [r["copy_optimizer_from"], *(r["optimizer_donors"] or {}).values()]
-                     if d})
-    states = {d: broadcast_object(to_cpu(optimizers[d].state_dict()) if rank == owner[d] else None, owner[d], world)
-              for d in donors}  # every rank calls each broadcast; the donor's owner holds its live state
-    keys = list(population.get_adapter(model, members[0]["name"]))  # parameter order of every member's optimizer
+    # donors' states before any child's slot is reset (a donor may itself be replaced in this event)
+    donors = set()
+    for r in records:
+        donors |= {r["copy_optimizer_from"], *(r["optimizer_donors"] or {}).values()}
+    states = {d: optimizers[d].state_dict() for d in donors if d}
+    # parameter order of every member's optimizer
+    keys = list(population.get_adapter(model, members[0]["name"]))
     for r in records:
         broadcast_member(model, r["name"], 0, world)
         optimizers[r["name"]] = make_optimizer(r["name"])
-        donor_of = [(r["optimizer_donors"] or {}).get(k.rsplit(".lora_", 1)[0], r["copy_optimizer_from"]) for k in keys]
-        copied = {k: {n: v.clone() if torch.is_tensor(v) else v for n, v in states[d]["state"][k].items()}  # own copy
-                  for k, d in enumerate(donor_of) if d and k in states[d]["state"]}
-        if copied and owner[r["name"]] == rank:  # only the child's owner steps it (SPEC §9)
+        module_donor = r["optimizer_donors"] or {}
+        copied = {}
+        for k, key in enumerate(keys):
+            donor = module_donor.get(key.rsplit(".lora_", 1)[0], r["copy_optimizer_from"])
+            if donor and k in states[donor]["state"]:
+                # an own copy: the child's moments must not alias the donor's
+                copied[k] = {n: v.clone() if torch.is_tensor(v) else v for n, v in states[donor]["state"][k].items()}
+        if copied:
             optimizers[r["name"]].load_state_dict(dict(optimizers[r["name"]].state_dict(), state=copied))
         member = next(m for m in members if m["name"] == r["name"])
-        member.update(id=r["id"], mu=r["mu"], sigma=r["sigma"], lineage=member["lineage"] + [
-            {k: r[k] for k in ("step", "id", "parents", "parent_names", "operator", "kind", "fallback", "reason")}])
+        event = {k: r[k] for k in ("step", "id", "parents", "parent_names", "operator", "kind", "fallback", "reason")}
+        member.update(id=r["id"], mu=r["mu"], sigma=r["sigma"], lineage=member["lineage"] + [event])
     return records, max([next_id] + [r["id"] + 1 for r in records])
+
 
 def step_metrics(step, members, proposals, attempts, outcomes, archive, stats, records):
     """The metrics.jsonl row of SPEC §10, per member and aggregate; None (null) = nothing to average this step."""
@@ -358,14 +489,19 @@ def step_metrics(step, members, proposals, attempts, outcomes, archive, stats, r
         props = [p for p in proposals if m is None or p["teacher"] == name] if not m or m["role"] != "student" else None
         atts = [a for a in attempts if m is None or a["student"] == name] if not m or m["role"] != "teacher" else None
         if props is not None:
-            row[f"teacher/{pre}format_rate"] = mean(p["parsed"] is not None for p in props)
-            row[f"teacher/{pre}reward"] = mean(p["reward"] for p in props)
-            row[f"teacher/{pre}difficulty"] = mean(1 - p["solve_rate"] for p in props if p["valid"])  # 1 - solve rate
+            # a response the engine could not generate is neither a format error nor rewarded
+            generated = [p for p in props if not p["gen"]["error"]]
+            row[f"teacher/{pre}format_rate"] = mean(p["parsed"] is not None for p in generated)
+            row[f"teacher/{pre}reward"] = mean(p["reward"] for p in generated)
+            row[f"teacher/{pre}not_generated"] = len(props) - len(generated)
+            solved = [p["solve_rate"] for p in props if p["valid"] and p["solve_rate"] is not None]
+            row[f"teacher/{pre}difficulty"] = mean(1 - rate for rate in solved)
             row.update({f"teacher/{pre}valid_rate/{t}": mean(p["valid"] for p in props if p["task"] == t)
                         for t in verify.TASKS})
         if atts is not None:
-            row[f"student/{pre}format_rate"] = mean(a["answer"] is not None for a in atts)
-            row[f"student/{pre}reward"] = mean(a["reward"] for a in atts)
+            generated = [a for a in atts if not a["gen"]["error"]]
+            row[f"student/{pre}format_rate"] = mean(a["answer"] is not None for a in generated)
+            row[f"student/{pre}reward"] = mean(a["reward"] for a in generated)
             row.update({f"student/{pre}solve_rate/{t}": mean(a["correct"] for a in atts if a["task"] == t)
                         for t in verify.TASKS})
         if m:
@@ -399,65 +535,140 @@ def write_lines(path, rows):
         f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
-def main(cfg):
-    # ---- PLUMBING: cheap checks first; torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (plain python: rank 0 of 1)
-    roles = ["both"] if cfg["baseline"] else ["teacher"] * cfg["teachers"] + ["student"] * cfg["students"]
-    resume = check_config(cfg, roles)
+def setup_distributed(cfg):
+    """torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (plain python: rank 0 of 1). Returns (rank, world, device).
+    nccl on GPU, gloo on CPU (so the CPU tests run the multi-process path); the timeout is a config key because a
+    7B step can keep ranks apart for longer than the default 10 minutes between collectives."""
     ddp = "RANK" in os.environ
-    rank, world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if ddp else (0, 1)
+    rank, world = 0, 1
+    if ddp:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
         torch.cuda.set_device(device)
     if ddp:
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")  # gloo: the CPU tests run this path
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=cfg["dist_timeout_min"]))
+    return rank, world, device
+
+
+def start_logs(cfg, paths, start, world, resume):
+    """Rank 0: drop the metrics/samples lines after the checkpoint a resumed run continues from, save the
+    resolved config and the git commit, open wandb if asked for (lazy import). Returns the wandb run or None."""
+    for path in paths.values():
+        kept = []
+        if os.path.exists(path):
+            kept = [line for line in open(path) if line.endswith("\n") and json.loads(line)["step"] < start]
+        with open(path + ".tmp", "w") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+        json.dump({"config": cfg, "world": world, "resumed_from": resume, "git_commit": commit}, f, indent=1)
+    if not cfg["wandb_project"]:
+        return None
+    import wandb
+    return wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run"] or None, config=cfg,
+                      dir=cfg["out_dir"], resume="allow")
+
+
+def step_line(step, cfg, row, started, first_step):
+    """The per-step console line: fixed fields, then an ETA from the mean step time of this process."""
+    fields = [f"step {step + 1}/{cfg['steps']}"]
+    for key in ("teacher/reward", "student/reward", "archive/coverage", "time/step"):
+        if row.get(key) is not None:
+            fields.append(f"{key} {row[key]:.4g}")
+    done = step + 1 - first_step
+    left = (time.time() - started) / done * (cfg["steps"] - step - 1)
+    fields.append(f"eta {left / 3600:.0f}h{left % 3600 / 60:02.0f}m")
+    return " | ".join(fields)
+
+
+def main(cfg):
+    # ---- PLUMBING: cheap checks first, then the memory plan, then processes and models
+    if cfg["baseline"]:
+        roles = ["both"]
+    else:
+        roles = ["teacher"] * cfg["teachers"] + ["student"] * cfg["students"]
+    resume = check_config(cfg, roles)
+    if cfg["plan"]:
+        # print the per-rank memory plan and stop: nothing is loaded, no GPU needed
+        memory = plan.memory_plan(cfg, roles)
+        print(plan.table(memory))
+        print(json.dumps(memory))
+        return memory
+    rank, world, device = setup_distributed(cfg)
     dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
-    rng = random.Random(cfg["seed"])  # decisions (matches, references, top-ups): drawn on rank 0 only, broadcast
-    archive = None if resume else seed_problems(cfg, rank, world)  # before the (slow) model: a bad seed file fails fast
+    checkpointing = cfg["gradient_checkpointing"]
+    if checkpointing is None:
+        checkpointing = device.startswith("cuda")
+    if device.startswith("cuda"):
+        # before loading 15 GB: stop with the plan's table when this configuration cannot fit
+        memory = plan.memory_plan(dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing), roles)
+        if not memory["fits"]:
+            raise SystemExit(f"{plan.table(memory)}\nthis configuration does not fit in {memory['gb/limit']:.0f} "
+                             f"GB per GPU (python train.py --plan shows the plan); lower --micro_batch_tokens "
+                             f"(at most {memory['max_micro_batch_tokens']} fits) or --gpu_memory_utilization")
+    # decisions (matches, references, top-ups) are drawn on rank 0 only and broadcast
+    rng = random.Random(cfg["seed"])
+    # the seed archive before the (slow) model: a bad seed file fails fast
+    archive = None if resume else seed_problems(cfg, rank, world)
 
     # ---- population: frozen base + one LoRA adapter per member, identical on every rank
     try:  # every rank loads (the tiny build is atomic, hub downloads lock their files)
         base, tokenizer, model_path = population.load_base(cfg["model"], dtype, device, cfg["model_cache"])
     except (OSError, ValueError) as e:
         raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
+    # identical on every rank: every member's initialisation is seeded by (seed, slot)
     model, members = population.init_population(base, tokenizer, cfg, roles)
-    if device.startswith("cuda"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # 7B activations
+    if checkpointing:
+        # activations of one layer at a time; population.active keeps the member's adapter on through backward
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()  # the HF engine switches to eval for generation and back
-    make_optimizer = lambda name: torch.optim.AdamW(  # noqa: E731  SPEC §5: AdamW, constant lr
-        population.trainable_params(model, name), lr=cfg["lr"], betas=(0.9, 0.999), weight_decay=cfg["weight_decay"])
+
+    def make_optimizer(name):  # SPEC §5: AdamW, constant lr; every rank holds every member's state (SPEC §9)
+        return torch.optim.AdamW(population.trainable_params(model, name), lr=cfg["lr"], betas=(0.9, 0.999),
+                                 weight_decay=cfg["weight_decay"])
     optimizers = {m["name"]: make_optimizer(m["name"]) for m in members}
     start, next_id = 0, len(members)
     if resume:
         try:
+            # every rank reads the same checkpoint: weights, optimizer states, ratings, RNG states
             state, archive = population.load_checkpoint(resume, model, members, optimizers)
         except ValueError as e:
             raise SystemExit(f"--resume: {e}")
-        start, next_id, (version, internal, gauss) = state["step"], state["next_id"], state["decisions_rng"]
+        start, next_id = state["step"], state["next_id"]
+        version, internal, gauss = state["decisions_rng"]
         rng.setstate((version, tuple(internal), gauss))
-    for i, m in enumerate(members):
-        broadcast_member(model, m["name"], 0, world)  # every rank starts from rank 0's weights
-        optimizers[m["name"]].state.clear() if i % world != rank else None  # only the owner needs Adam moments
-    engine = population.make_engine(cfg["engine"], model_path, model, tokenizer, members, dict(cfg, dtype=dtype))
+    try:
+        engine = population.make_engine(cfg["engine"], model_path, model, tokenizer, members, dict(cfg, dtype=dtype))
+    except OSError as e:
+        raise SystemExit(f"--engine {cfg['engine']}: {e}")
     paths = {name: os.path.join(cfg["out_dir"], f"{name}.jsonl") for name in ("metrics", "samples")}
-    if rank == 0:
-        for path in paths.values():  # a resumed run rewrites the steps after its checkpoint: drop them first
-            kept = [line for line in open(path) if line.endswith("\n") and json.loads(line)["step"] < start
-                    ] if os.path.exists(path) else []
-            with open(path + ".tmp", "w") as f:
-                f.writelines(kept)
-            os.replace(path + ".tmp", path)
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump({"config": cfg, "world": world, "resumed_from": resume, "git_commit": commit}, f, indent=1)
+    wandb_run = start_logs(cfg, paths, start, world, resume) if rank == 0 else None
     print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, {engine['kind']} engine, "
-           f"steps {start}..{cfg['steps']}")
+           f"gradient checkpointing {'on' if checkpointing else 'off'}, steps {start}..{cfg['steps']}")
+    started = time.time()
 
     for step in range(start, cfg["steps"]):
-        t_step, times = time.time(), dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
-        torch.manual_seed(derive_seed(cfg["seed"], step, rank, "torch"))  # e.g. dropout: a function of (step, rank)
-        teachers, students = ([m for m in members if m["role"] in (role, "both")] for role in ("teacher", "student"))
+        t_step = time.time()
+        times = dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
+        # e.g. dropout: a function of (step, rank), also after a resume
+        torch.manual_seed(derive_seed(cfg["seed"], step, rank, "torch"))
+
+        # ---- ALGO 9: evolution every evolve_every steps (SPEC §7), at the START of the step: every checkpoint
+        # (saved at the end of a step) then holds members that have trained, and the last step never makes
+        # children nobody trains (deviation 7). A collective: true on every rank.
+        records = []
+        if cfg["evolve_every"] > 0 and step > 0 and step % cfg["evolve_every"] == 0:
+            with timed(times, "evolve"):
+                records, next_id = evolve_population(model, members, optimizers, make_optimizer, cfg, step,
+                                                     next_id, rank, world)
+                population.sync_adapters(engine, model, [r["name"] for r in records], 2 * step)
+        teachers = [m for m in members if m["role"] in ("teacher", "both")]
+        students = [m for m in members if m["role"] in ("student", "both")]
 
         def generate(requests, purpose):  # ONE batched call per phase, split over ranks (SPEC §9)
             with timed(times, "generate"):
@@ -471,14 +682,27 @@ def main(cfg):
         # ---- ALGO 1: matchmaking (PFSP over TrueSkill, SPEC §4.1) and the references each teacher sees: rank 0
         slots = [(t["name"], task) for t in teachers for task in verify.TASKS for _ in range(cfg["propose_per_task"])]
         io = archive["code_i"] + archive["code_o"]  # a code_f teacher gets one program from code_i U code_o
-        plan = broadcast_object(dict(  # evaluated on rank 0 only
-            matches=[(members[0]["name"],) * 2] if cfg["baseline"] else population.matchmake(teachers, students, rng),
-            shown=[[rng.randrange(len(io))] if task == "code_f" else rng.sample(range(len(archive[task])), min(
-                cfg["references"], len(archive[task]))) for _, task in slots]) if rank == 0 else None, 0, world)
+        decisions = None
+        if rank == 0:
+            if cfg["baseline"]:
+                matches = [(members[0]["name"],) * 2]
+            elif not teachers:
+                # students only (a fixed problem pool): no matches, every student is topped up from the archive
+                matches = [(None, s["name"]) for s in students]
+            else:
+                matches = population.matchmake(teachers, students, rng)
+            shown = []
+            for _, task in slots:
+                if task == "code_f":
+                    shown.append([rng.randrange(len(io))])
+                else:
+                    shown.append(rng.sample(range(len(archive[task])), min(cfg["references"], len(archive[task]))))
+            decisions = dict(matches=matches, shown=shown)
+        decisions = broadcast_object(decisions, 0, world)
 
         # ---- ALGO 2: propose: every teacher x task type x propose_per_task, one batched generation
         proposals, requests = [], []
-        for (teacher, task), shown in zip(slots, plan["shown"]):
+        for (teacher, task), shown in zip(slots, decisions["shown"]):
             program = problem_core(io[shown[0]])["program"] if task == "code_f" else None
             references = [] if program else [problem_core(archive[task][i]) for i in shown]
             prompt = verify.teacher_prompt(task, references, program)
@@ -497,6 +721,8 @@ def main(cfg):
                                            else p["parsed"]) for p in proposals if p["parsed"] is not None])
         for p in proposals:
             r = next(results) if p["parsed"] is not None else {"valid": False, "reason": "format error"}
+            if p["gen"]["error"]:
+                r = {"valid": False, "reason": "not generated: " + p["gen"]["error"]}
             p.update(valid=r["valid"], reason=r["reason"],
                      problem=dict(as_problem(p["task"], p["parsed"], r), step=step) if r["valid"] else None)
         describe([p["problem"] for p in proposals if p["valid"]])
@@ -508,19 +734,29 @@ def main(cfg):
         # teacher with < min_problems valid of a type gets its student topped up from the archive (rank 0 picks)
         valid_of = {(t["name"], task): [p for p in proposals if p["valid"] and p["teacher"] == t["name"]
                                         and p["task"] == task] for t in teachers for task in verify.TASKS}
-        topup = broadcast_object({(i, task): pick_recent(archive[task], step, cfg["min_problems"] - len(
-            valid_of[(t, task)]), rng) for i, (t, _) in enumerate(plan["matches"]) for task in verify.TASKS}
-            if rank == 0 else None, 0, world)
-        attempts = [dict(student=student, member=student, role="student", teacher=teacher, task=task, problem=problem,
-                         proposal=proposal)
-                    for i, (teacher, student) in enumerate(plan["matches"]) for task in verify.TASKS
-                    for problem, proposal in [(p["problem"], p) for p in valid_of[(teacher, task)]]
-                    + [(archive[task][j], None) for j in topup[(i, task)]] for _ in range(cfg["solve_samples"])]
+        topup = None
+        if rank == 0:
+            topup = {}
+            for i, (teacher, _) in enumerate(decisions["matches"]):
+                for task in verify.TASKS:
+                    need = cfg["min_problems"] - len(valid_of.get((teacher, task), []))
+                    topup[(i, task)] = pick_recent(archive[task], step, need, rng)
+        topup = broadcast_object(topup, 0, world)
+        attempts = []
+        for i, (teacher, student) in enumerate(decisions["matches"]):
+            for task in verify.TASKS:
+                problems = [(p["problem"], p) for p in valid_of.get((teacher, task), [])]
+                problems += [(archive[task][j], None) for j in topup[(i, task)]]
+                for problem, proposal in problems:
+                    for _ in range(cfg["solve_samples"]):
+                        attempts.append(dict(student=student, member=student, role="student", teacher=teacher,
+                                             task=task, problem=problem, proposal=proposal))
         requests = [(verify.student_prompt(a["task"], problem_core(a["problem"])), a["student"]) for a in attempts]
         for a, out in zip(attempts, generate(requests, "solve")):
             a.update(gen=out, response=out["text"],
                      answer=None if out["error"] else verify.parse_student(a["task"], out["text"]))
-            a["proposal"] and a["proposal"]["attempts"].append(a)
+            if a["proposal"] is not None:
+                a["proposal"]["attempts"].append(a)
 
         # ---- ALGO 5: grade every well-formed attempt in the sandbox (batched)
         grades = check(verify.grade, [(a["task"], dict(problem_core(a["problem"]), answer=a["answer"]))
@@ -528,30 +764,35 @@ def main(cfg):
         for a in attempts:
             a["correct"] = a["answer"] is not None and bool(next(grades)["correct"])
 
-        # ---- ALGO 6: rewards (AZR values, SPEC §4.6). Student: correct 1, well-formed but wrong -0.5, format
-        # error -1. Teacher: invalid or format error -1; valid with matched solve rate p: 1 - p if 0 < p < 1,
-        # 0 if p = 1, teacher_reward_unsolved if p = 0 (deviation 3)
+        # ---- ALGO 6: rewards (AZR values, SPEC §4.6); a response the engine could not generate (prompt too long)
+        # gets no reward and no update: it is nobody's format error
         for a in attempts:
-            a["reward"] = 1.0 if a["correct"] else -0.5 if a["answer"] is not None else -1.0
+            a["reward"] = None if a["gen"]["error"] else student_reward(a["correct"], a["answer"] is not None)
         for p in proposals:
-            p["solve_rate"] = rate = mean(a["correct"] for a in p["attempts"]) if p["valid"] else None
-            p["reward"] = (-1.0 if rate is None else 1.0 - rate if 0 < rate < 1 else 0.0 if rate == 1
-                           else cfg["teacher_reward_unsolved"])
+            graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
+            p["solve_rate"] = mean(graded) if p["valid"] else None
+            p["reward"] = None
+            # no reward without a generated response, nor for a valid problem no attempt of which was generated
+            if not p["gen"]["error"] and not (p["valid"] and p["solve_rate"] is None):
+                p["reward"] = teacher_reward(p["valid"], p["solve_rate"], cfg["teacher_reward_unsolved"])
 
-        # ---- ALGO 7: TRR++ advantages per (adapter, role, task) and one AdamW step per member (SPEC §5)
+        # ---- ALGO 7: TRR++ advantages per (adapter, role, task) and one AdamW step per member (SPEC §5). Every
+        # rank trains every member on its share of that member's sequences; one all_reduce per member (SPEC §9)
         with timed(times, "train"):
-            mine = [m["name"] for i, m in enumerate(members) if i % world == rank]  # SPEC §9: member i: rank i % world
-            stats = {name: train_member(model, name, optimizers[name], [dict(x["gen"], reward=x["reward"], role=x[
-                "role"], task=x["task"]) for x in proposals + attempts if x["member"] == name], cfg) for name in mine}
-            stats = {name: s for part in split_run(lambda share: [stats], list(range(world)), rank, world)
-                     for name, s in part.items()}  # every rank's stats on every rank (a collective)
-            for i, m in enumerate(members):
-                broadcast_member(model, m["name"], i % world, world)  # the owner's new weights to every rank
+            stats = {}
+            for m in members:
+                sequences = []
+                for x in proposals + attempts:
+                    if x["member"] == m["name"] and x["reward"] is not None:
+                        sequences.append(dict(x["gen"], reward=x["reward"], role=x["role"], task=x["task"]))
+                stats[m["name"]] = train_member(model, m["name"], optimizers[m["name"]], sequences, cfg, rank, world)
             population.sync_adapters(engine, model, [m["name"] for m in members], 2 * step + 1)
 
         # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair (SPEC §6)
         outcomes = []
-        for teacher, student in plan["matches"]:
+        for teacher, student in decisions["matches"]:
+            if teacher is None:
+                continue  # students only: nobody to play
             rate = mean(a["correct"] for a in attempts if a["proposal"] and a["teacher"] == teacher
                         and a["student"] == student)
             outcome = population.match_outcome(rate, cfg["draw_margin"])  # None (no valid problem): teacher loses
@@ -559,39 +800,31 @@ def main(cfg):
                 population.rate_match(*[m for n in (teacher, student) for m in members if m["name"] == n], outcome)
             outcomes.append((teacher, student, rate, outcome))
 
-        # ---- ALGO 9: evolution every evolve_every steps (SPEC §7)
-        records = []
-        if cfg["evolve_every"] > 0 and (step + 1) % cfg["evolve_every"] == 0:  # true on all ranks (collectives inside)
-            with timed(times, "evolve"):
-                records, next_id = evolve_population(model, members, optimizers, make_optimizer, cfg, step, next_id,
-                                                     rank, world)
-                population.sync_adapters(engine, model, [r["name"] for r in records], 2 * step + 2)
-
-        # ---- PLUMBING: checkpoint, then logging (rank 0; every rank holds the same gathered data)
-        if step + 1 == cfg["steps"] or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):  # all ranks
-            with timed(times, "checkpoint"):  # rank 0 gathers the Adam moments of members trained elsewhere, writes
-                parts = [None] * world
-                if world > 1:  # a collective; gather_object fills `parts` on rank 0 only
-                    dist.gather_object({name: to_cpu(optimizers[name].state_dict()) for name in mine},
-                                       parts if rank == 0 else None, dst=0)
+        # ---- PLUMBING: checkpoint (rank 0 holds every optimizer state: nothing to gather), then logging
+        last = step + 1 == cfg["steps"]
+        if last or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):  # true on all ranks
+            with timed(times, "checkpoint"):
                 if rank == 0:
-                    for name, state in [item for part in parts[1:] for item in part.items()]:
-                        optimizers[name].load_state_dict(state)
                     population.save_checkpoint(cfg["out_dir"], step + 1, model, members, optimizers, dict(
                         config=cfg, next_id=next_id, decisions_rng=rng.getstate()), archive)  # atomic (SPEC §10)
-                    for i, m in enumerate(members):
-                        optimizers[m["name"]].state.clear() if i % world else None  # rank 0 keeps its own moments only
                 if world > 1:
-                    dist.barrier()  # nobody runs ahead of a checkpoint being written
+                    dist.barrier()  # a collective: nobody runs ahead of a checkpoint being written
         if rank == 0:
-            row = step_metrics(step, members, proposals, attempts, outcomes, archive, stats, records) | {
-                f"time/{k}": v for k, v in times.items()} | {"time/step": time.time() - t_step, "tokens_per_s": sum(
-                    len(x["gen"]["completion_ids"]) for x in proposals + attempts) / max(times["generate"], 1e-9)}
+            row = step_metrics(step, members, proposals, attempts, outcomes, archive, stats, records)
+            row.update({f"time/{k}": v for k, v in times.items()})
+            row["time/step"] = time.time() - t_step
+            generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
+            row["tokens_per_s"] = generated / max(times["generate"], 1e-9)
             write_lines(paths["metrics"], [row])
             write_lines(paths["samples"], step_samples(step, proposals, attempts, cfg["samples_per_step"]))
-            print0(" | ".join([f"step {step + 1}/{cfg['steps']}"] + [f"{k} {row[k]:.4g}" for k in (
-                "teacher/reward", "student/reward", "archive/coverage", "time/step") if row[k] is not None]))
-    if ddp:
+            if wandb_run is not None:
+                wandb_run.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
+            print0(step_line(step, cfg, row, started, start))
+    # vLLM's shutdown tears down the default process group under torchrun: the engine goes first
+    population.close_engine(engine)
+    if wandb_run is not None:
+        wandb_run.finish()
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     return {"model": model, "members": members, "archive": archive, "optimizers": optimizers}
 

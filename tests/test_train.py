@@ -31,7 +31,7 @@ def tiny_cfg(tiny, out, **overrides):
     return {**train.config, **dict(
         model=tiny, out_dir=str(out), teachers=2, students=2, steps=2, propose_per_task=1, solve_samples=2,
         min_problems=1, references=1, max_new_tokens=12, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj",
-        evolve_every=-1, save_every=-1, samples_per_step=2, micro_batch=4, engine="hf", seed=7), **overrides}
+        evolve_every=-1, save_every=-1, samples_per_step=2, micro_batch_tokens=4096, engine="hf", seed=7), **overrides}
 
 
 def read_jsonl(path):
@@ -105,16 +105,19 @@ def test_end_to_end_population(run4, tiny_dir):
     out, result = run4
     rows = read_jsonl(out / "metrics.jsonl")
     check_metrics(rows, 4, ["t0", "t1"], ["s0", "s1"])
-    # evolution after steps 2 and 4 (0-based 1 and 3): the bottom quarter of each role of 2 = one child per role
+    # evolution at the start of step 2 (0-based), never after the last step (deviation 7): the bottom quarter of
+    # each role of 2 = one child per role
     for row in rows:
         children = sorted(k.split("/")[1] for k in row if k.startswith("evolve/") and k.endswith("/operator"))
-        assert (len(children) == 2) == (row["step"] in (1, 3)) and sorted(c[0] for c in children) in ([], ["s", "t"])
+        assert (len(children) == 2) == (row["step"] == 2) and sorted(c[0] for c in children) in ([], ["s", "t"])
         assert all(row[f"evolve/{c}/parents"] and row[f"evolve/{c}/operator"] for c in children)
+    # the checkpoint saved at the end of step 1 holds no child yet: every saved member has trained
+    assert all(m["lineage"] == [] for m in checkpoint(out / "step_000002")[0]["members"])
     state = checkpoint(out / "step_000004")[0]
     lineage = [(m["name"], e["step"], e["operator"], e["parent_names"]) for m in state["members"] for e in m["lineage"]]
     logged = [(k.split("/")[1], r["step"], r[k], r[f"evolve/{k.split('/')[1]}/parents"]) for r in rows for k in r
               if k.startswith("evolve/") and k.endswith("/operator")]
-    assert sorted(lineage) == sorted(logged) and len(lineage) == 4
+    assert sorted(lineage) == sorted(logged) and len(lineage) == 2
     assert len({m["id"] for m in state["members"]}) == 4 and max(m["id"] for m in state["members"]) >= 4  # new ids
     assert (out / "step_000002" / "state.json").exists() and json.load(open(out / "config.json"))["config"]["steps"] == 4
     samples = read_jsonl(out / "samples.jsonl")
@@ -205,7 +208,7 @@ def test_pg_loss_accumulates_micro_batches():
 def test_learning_raises_the_rewarded_answer(tiny_dir):
     """A reward favouring one fixed answer makes it more likely within a few steps (catches a sign flip)."""
     base, tokenizer, _ = population.load_base(tiny_dir)
-    cfg = dict(train.config, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", seed=0, lr=3e-2, micro_batch=2)
+    cfg = dict(train.config, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", seed=0, lr=3e-2, micro_batch_tokens=256)
     model, _ = population.init_population(base, tokenizer, cfg, ["student"])
     optimizer = torch.optim.AdamW(population.trainable_params(model, "s0"), lr=cfg["lr"])
     prompt = tokenizer("User: what is 6 * 7?\nAssistant: <think>", add_special_tokens=False)["input_ids"]
@@ -254,9 +257,9 @@ def bad_seed_file(tmp_path):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda tmp: {"teachers": 0}, r"--teachers 0: must be >= 1 \(or --baseline"),
+    (lambda tmp: {"teachers": -1}, r"--teachers -1: must be >= 0"),
     (lambda tmp: {"students": 0}, r"--students 0: must be >= 1"),
-    (lambda tmp: {"micro_batch": 0}, r"--micro_batch 0: must be >= 1"),
+    (lambda tmp: {"micro_batch_tokens": 0}, r"--micro_batch_tokens 0: must be >= 1"),
     (lambda tmp: {"engine": "fast"}, r"--engine 'fast': expected one of"),
     (lambda tmp: {"mutations": "gauss_rel,no_such_op"}, r"--mutations 'gauss_rel,no_such_op': expected names of"),
     (lambda tmp: {"model": str(tmp / "no" / "such" / "model")}, r"--model '.*no/such/model': cannot load it"),
