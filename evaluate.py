@@ -6,11 +6,17 @@ benchmarks (SPEC §11), with AZR's evaluation protocol (reference/eval.md); `rep
   python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200 --data_dir ../shared/benchmarks
   python evaluate.py report out [out-base]           # PNG figures + report.md from metrics.jsonl (report.py)
   python evaluate.py selfcheck --data_dir ../shared/benchmarks   # gold answers / canonical solutions, one JSON line
+  python evaluate.py --ckpt out/tiny/step_000060 --benchmarks tiny   # the laptop world, held out
 
 Code: HumanEval+ and MBPP+ (EvalPlus's chat prompt as AZR's converted checkpoints render it, 768 new tokens;
 "+" = base and plus tests pass), LiveCodeBench release_v5 (AZR's <think> prompt, public + private tests).
 Math: AIME 24/25, AMC 23, MATH-500, Minerva, OlympiadBench (AZR's six) and GSM8K (PopuLoRA's seventh): AZR's
 <think>/<answer> prompt and answer extraction. Grading (math-verify, the sandboxed tests) is in graders.py.
+Tiny (not in "all"): the laptop world's held-out problems (tinyworld.heldout_benchmark: 30 per
+task type, from a generator seed the warm start never used, no program it ever showed), in the
+students' own prompt (verify.student_prompt); answers parsed and graded by verify.py in the sandbox
+against golds computed there at load time; data_dir/tiny.jsonl when present, else generated once
+into --model_cache.
 All members, the base and the baseline's adapter share one engine and one batched population.generate call per
 benchmark: the base is an extra LoRA slot left at its zero init (B = 0 is exactly the base), the baseline's
 adapter is loaded into another slot (same base model and LoRA shape required).
@@ -62,12 +68,16 @@ config = dict(
     memory_mb=4096,             # address-space limit of a sandboxed program, MiB (EvalPlus: 4 GiB)
     workers=0,                  # math grading processes; 0 = cpu count
     seed=2,                     # generation seed (greedy, so only ties care)
+    tiny_tokens=256,            # new tokens per tiny-world answer (the warm start's are < 150)
+    model_cache="out/.tiny",    # where the tiny / tiny-warm bases and tiny.jsonl are built once
 )
 
 CODE = ("humanevalplus", "mbppplus", "livecodebench")
 MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench")  # AZR's Math Avg
 MATH7 = MATH6 + ("gsm8k",)                                                        # PopuLoRA adds GSM8K
 BENCHMARKS = CODE + MATH7
+TINY = "tiny"                                  # the laptop world's held-out set
+TASKS = ("code_i", "code_o", "code_f")         # its task types (verify.TASKS)
 # where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split); EvalPlus's own
 # release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's raw files (release_v5 = 1..5)
 SOURCES = {"aime24": ("HuggingFaceH4/aime_2024", None, "train"), "aime25": ("math-ai/aime25", None, "test"),
@@ -109,16 +119,21 @@ def check_config(cfg):
 def benchmark_names(spec):
     names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec) or [s.strip() for s in spec.split(",")
                                                                            if s.strip()]
-    unknown = [n for n in names if n not in BENCHMARKS]
+    unknown = [n for n in names if n not in BENCHMARKS and n != TINY]
     if unknown:
-        raise SystemExit(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)} (or all, code, math)")
+        raise SystemExit(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}, {TINY} "
+                         "(or all, code, math)")
     return list(names)
 
 # ----------------------------------------------------------------------------- loaders
 
 
-def _records(name, data_dir):
-    """Raw records in the offline files' format: data_dir/<name>.jsonl, or downloaded when data_dir is ""."""
+def _records(name, data_dir, cache_dir="out/.tiny"):
+    """Raw records in the offline files' format: data_dir/<name>.jsonl, or downloaded when data_dir
+    is "" (tiny: generated into cache_dir when data_dir has no tiny.jsonl)."""
+    if name == TINY and not (data_dir and os.path.isfile(os.path.join(data_dir, f"{name}.jsonl"))):
+        import tinyworld
+        return _records(name, os.path.dirname(tinyworld.heldout_benchmark(cache_dir)))
     if data_dir:
         path = os.path.join(data_dir, f"{name}.jsonl")
         if not os.path.isfile(path):
@@ -186,14 +201,39 @@ def _lcb_tests(field):
         return json.loads(Plain(io.BytesIO(zlib.decompress(base64.b64decode(field)))).load())
 
 
-def load_benchmark(name, data_dir, limit=0):
+def load_benchmark(name, data_dir, limit=0, cache_dir="out/.tiny"):
     """Plain dicts with "id" and what prompting and grading need: math {"question", "gold"} (gold before
     normalisation); EvalPlus {"prompt", "entry_point", "canonical", "base_input", "plus_input", "atol"};
-    LCB {"question", "starter_code", "fn_name" (None = stdin), "tests": [{"input", "output"}]}."""
+    LCB {"question", "starter_code", "fn_name" (None = stdin), "tests": [{"input", "output"}]};
+    tiny {"task", "problem"} (the row plus verify.validate's normalised program and gold)."""
     try:
-        return _items(name, _records(name, data_dir)[:limit or None])
+        rows = _records(name, data_dir, cache_dir)[:limit or None]
+        if name == TINY:
+            return _tiny_items(rows)
+        return _items(name, rows)
     except (KeyError, TypeError, IndexError, AttributeError) as e:
         raise SystemExit(f"{name}: a record lacks a field of the expected format ({e!r})") from None
+
+
+def _tiny_items(rows):
+    """Tiny rows (tinyworld.problem_rows) validated in the sandbox, one batched call per task type:
+    the problem is the row's proposal plus every key of the verifier's result but valid/reason (the
+    gold output(s) and whatever else grading needs)."""
+    import verify
+    keys = {"code_i": ("program", "input"), "code_o": ("program", "input"),
+            "code_f": ("program", "inputs", "message")}
+    items = [None] * len(rows)
+    for task in TASKS:
+        index = [k for k, row in enumerate(rows) if row["task"] == task]
+        proposals = [{key: rows[k][key] for key in keys[task]} for k in index]
+        for k, proposal, result in zip(index, proposals, verify.validate(task, proposals)):
+            if not result["valid"]:
+                raise SystemExit(f"tiny: problem {rows[k]['id']} is not valid ({result['reason']})")
+            gold = {key: value for key, value in result.items() if key not in ("valid", "reason")}
+            items[k] = dict(id=rows[k]["id"], task=task, problem=dict(proposal, **gold))
+    if None in items:
+        raise SystemExit(f"tiny: a row has an unknown task type; expected one of {TASKS}")
+    return items
 
 
 def _items(name, rows):
@@ -268,7 +308,11 @@ def _mbpp_types(task_id, inputs):
 
 def make_prompt(name, item, cfg):
     """AZR's evaluation prompts (reference/eval.md §3): R1 <think>/<answer> for math and LCB; EvalPlus's
-    instruction + primed python fence (as AZR's converted checkpoints' plain chat template renders it)."""
+    instruction + primed python fence (as AZR's converted checkpoints' plain chat template renders it);
+    tiny: the student prompt of training (verify.student_prompt)."""
+    if name == TINY:
+        import verify
+        return verify.student_prompt(item["task"], item["problem"])
     if name in CODE[:2]:
         return ("Please provide a self-contained Python script that solves the following problem in a markdown code "
                 f"block:\n```\n{item['prompt'].strip()}\n```\n\nBelow is a Python script with a self-contained "
@@ -340,8 +384,32 @@ def extract_code(name, response):
     return ""
 
 
+def extract_tiny(task, response):
+    """The student's answer as training parses it (verify.parse_student); "" for a format error."""
+    import verify
+    return verify.parse_student(task, response) or ""
+
+
+def grade_tiny(items, answers):
+    """Tiny answers [(item index, answer)] graded by verify.grade in the sandbox, one call per task
+    type, with the validated problem (its gold) plus the answer; "" is a format error."""
+    import verify
+    verdicts = [None] * len(answers)
+    for task in TASKS:
+        index = [n for n, (k, _) in enumerate(answers) if items[k]["task"] == task]
+        attempts = []
+        for n in index:
+            k, answer = answers[n]
+            attempts.append(dict(items[k]["problem"], answer=answer or None))
+        for n, result in zip(index, verify.grade(task, attempts) if attempts else []):
+            verdicts[n] = {"correct": bool(result["correct"]), "reason": result["reason"]}
+    return verdicts
+
+
 def grade(name, items, answers, cfg):
     """One benchmark, many answers: [(item index, extracted answer or program)] -> [{"correct", "reason", ...}]."""
+    if name == TINY:
+        return grade_tiny(items, answers)
     if name in MATH7:
         skip = name == "minerva_math"   # AZR: no unit stripping for Minerva (deviation 3 for its golds)
         pairs = [(graders.strip_string(items[k]["gold"], skip), graders.strip_string(a, skip) if a else "")
@@ -392,7 +460,8 @@ def load_rows(cfg):
     # with vLLM our copy of the model only writes adapter files: keep it off the GPU, where vLLM holds its own
     device = cfg["device"] or ("cuda" if cuda and engine == "hf" else "cpu")
     dtype = cfg["dtype"] or ("bfloat16" if cuda else "float32")
-    base, tokenizer, path = population.load_base(cfg["model"] or run["model"], dtype, device)
+    model_name = cfg["model"] or run["model"]
+    base, tokenizer, path = population.load_base(model_name, dtype, device, cfg["model_cache"])
     model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(baseline)))
     own, extra = members[:len(roles)], members[len(roles):]
     try:
@@ -421,6 +490,8 @@ def summarize(scores, roles):
         s.update(code_avg=_mean(s.get(b) for b in CODE), math_avg6=_mean(s.get(b) for b in MATH6),
                  math_avg7=_mean(s.get(b) for b in MATH7))
         s["overall"] = _mean([s["code_avg"], s["math_avg6"]])
+        if s["overall"] is None:   # only the tiny benchmark was run
+            s["overall"] = s.get(TINY)
     members = [r for r in roles if r in scores]
     keys = sorted({k for r in members for k in scores[r]})
     table = {"base": dict(scores["base"], row="base")}
@@ -438,7 +509,11 @@ def summarize(scores, roles):
 
 
 def markdown(table, names, title, skipped=()):
-    cols = names + ["code_avg", "math_avg6", "math_avg7"]
+    cols = list(names)
+    if TINY in names:
+        cols += [f"{TINY}_{task}" for task in TASKS]
+    if any(name in BENCHMARKS for name in names):
+        cols += ["code_avg", "math_avg6", "math_avg7"]
     fmt = lambda v: "-" if v is None else f"{v:.1f}"   # noqa: E731
     note = f" Averages cover the benchmarks shown; not evaluated (no data file): {', '.join(skipped)}." * bool(skipped)
     lines = [f"# {title}", "", f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
@@ -461,14 +536,15 @@ def evaluate(cfg):
     data, skipped = {}, {}
     for name in names:   # data problems first: no model is loaded for a run that cannot finish
         try:
-            data[name] = load_benchmark(name, cfg["data_dir"], cfg["limit"])
+            data[name] = load_benchmark(name, cfg["data_dir"], cfg["limit"], cfg["model_cache"])
         except FileNotFoundError as e:
             if cfg["benchmarks"] not in ("all", "code", "math"):
                 raise SystemExit(str(e)) from None
             skipped[name] = str(e)
             print(f"skipping {name}: {e}", flush=True)
     engine, rows, roles, state = load_rows(cfg)
-    budget = {n: cfg["math_tokens"] for n in MATH7} | {"livecodebench": cfg["lcb_tokens"]}   # else EvalPlus's
+    budget = {n: cfg["math_tokens"] for n in MATH7}   # else EvalPlus's
+    budget.update({"livecodebench": cfg["lcb_tokens"], TINY: cfg["tiny_tokens"]})
     scores, items_out, samples = {r: {} for r in rows}, {}, {}
     for name in tqdm(list(data), desc="benchmarks"):
         items = data[name]
@@ -476,13 +552,24 @@ def evaluate(cfg):
         outs = population.generate(engine, [(p, slot) for slot in rows.values() for p in prompts], temperature=0.0,
                                    top_p=1.0, max_new_tokens=budget.get(name, cfg["evalplus_tokens"]), seed=cfg["seed"])
         texts = [o["text"] for o in outs]
-        answers = [extract_math(t) if name in MATH7 else extract_code(name, t) for t in texts]
+        answers = []
+        for n, text in enumerate(texts):
+            if name == TINY:
+                answers.append(extract_tiny(items[n % len(items)]["task"], text))
+            elif name in MATH7:
+                answers.append(extract_math(text))
+            else:
+                answers.append(extract_code(name, text))
         verdicts = grade(name, items, [(n % len(items), a) for n, a in enumerate(answers)], cfg)
         items_out[name] = {"ids": [it["id"] for it in items]}
         for j, row in enumerate(rows):
             part = verdicts[j * len(items):(j + 1) * len(items)]
             scores[row][name] = round(100.0 * sum(v["correct"] for v in part) / max(1, len(items)), 2)
             items_out[name][row] = [int(v["correct"]) for v in part]
+            if name == TINY:   # pass@1 per task type too
+                for task in TASKS:
+                    mine = [v["correct"] for it, v in zip(items, part) if it["task"] == task]
+                    scores[row][f"{TINY}_{task}"] = round(100.0 * sum(mine) / max(1, len(mine)), 2)
             samples.setdefault(name, {})[row] = [   # the first two items: the text shows what went wrong
                 {"id": items[k]["id"], "response": texts[j * len(items) + k][-2000:],
                  "answer": answers[j * len(items) + k][:1000], **part[k]} for k in range(min(2, len(items)))]
@@ -501,13 +588,22 @@ def evaluate(cfg):
 
 def selfcheck(cfg):
     """Gold answers (inside an <answer>\\boxed{}) and canonical solutions graded by this file's own graders, for
-    every benchmark file in data_dir -> {benchmark: {"records", "passed", "failed": [ids]}}."""
+    every benchmark file in data_dir (tiny: its golds in a student's answer fence) -> {benchmark:
+    {"records", "passed", "failed": [ids]}}."""
     report = {}
     for name in benchmark_names(cfg["benchmarks"]):
-        if not os.path.isfile(os.path.join(cfg["data_dir"], f"{name}.jsonl")) or name == "livecodebench":
-            continue   # LCB ships no reference solutions
-        items = load_benchmark(name, cfg["data_dir"], cfg["limit"])
-        if name in MATH7:
+        present = os.path.isfile(os.path.join(cfg["data_dir"], f"{name}.jsonl"))
+        if (not present and name != TINY) or name == "livecodebench":
+            continue   # LCB ships no reference solutions; tiny is generated when absent
+        items = load_benchmark(name, cfg["data_dir"], cfg["limit"], cfg["model_cache"])
+        if name == TINY:   # each gold in a student's answer fence, parsed as training parses it
+            answers = []
+            for it in items:
+                fence, gold = {"code_o": ("output", "output"), "code_i": ("input", "input"),
+                               "code_f": ("python", "program")}[it["task"]]
+                response = f"x </think> <answer>```{fence}\n{it['problem'][gold]}\n```</answer>"
+                answers.append(extract_tiny(it["task"], response))
+        elif name in MATH7:
             answers = [extract_math(f"<think>x</think> <answer>\\boxed{{{it['gold']}}}</answer>") for it in items]
         else:
             answers = [it["canonical"] for it in items]
@@ -523,7 +619,7 @@ if __name__ == "__main__":
         report.main(sys.argv[2:])
     elif sys.argv[1:2] == ["selfcheck"]:
         cfg = check_config(parse_config(config, sys.argv[2:]))
-        if not cfg["data_dir"]:
+        if not cfg["data_dir"] and cfg["benchmarks"] != TINY:
             raise SystemExit("selfcheck needs --data_dir (a folder of benchmark JSONL files)")
         print(json.dumps(selfcheck(cfg)), flush=True)
     else:

@@ -469,13 +469,59 @@ def weighted_multi(fitter, other=None, generator=None, weights=None, fitness=Non
     return _lincomb(parents, list(weights), norm, generator, normalize=True)
 
 
+def delta_slerp(fitter, other, generator, t=None, t_range=(0.0, 1.0)):
+    """X10 (SLERP on ΔW, the ninth non-control crossover): per module, the point at fraction t of the
+    great-circle arc from ΔW₁'s direction to ΔW₂'s, at the linearly interpolated norm
+    (1−t)‖ΔW₁‖ + t‖ΔW₂‖; then the best rank-r approximation (QR route), rescaled to that norm
+    (the lerp fallback: to the lerp's norm).
+    Why this one: SLERP is the most used two-model merge of the merging literature (mergekit's
+    `slerp`), and it is what neither existing interpolation does. X5's lerp shrinks near-orthogonal
+    parents (~0.7× at the midpoint, so it needs its norm match), X7 averages factors; on the arc the
+    norm is interpolated by construction and the direction turns at a constant rate in t. Done on
+    ΔW, never on the factors: SLERP of A and B separately would inherit linear_0_5's cross terms and
+    gauge dependence. With cos θ = ⟨ΔW₁, ΔW₂⟩ / (‖ΔW₁‖‖ΔW₂‖) by the trace trick,
+    ΔW_t = n_t·(sin((1−t)θ)·ΔW₁/‖ΔW₁‖ + sin(tθ)·ΔW₂/‖ΔW₂‖) / sin θ, n_t the interpolated norm,
+    a weighted sum of the two ΔW, so the QR route computes it without a dense out×in matrix.
+    t None (default) draws t ~ U(t_range) per module: a blend crossover along the arc, not a fixed
+    midpoint (at t = 0.5 and equal norms SLERP points where X5 does). Near-parallel, antiparallel or
+    zero parents (sin θ < 1e-6) fall back to the lerp (1−t)·ΔW₁ + t·ΔW₂ (mergekit does the same);
+    exactly antiparallel parents of equal norm then meet at zero, which the fail-safe rejects."""
+    lo, hi = t_range
+    if not 0 <= lo <= hi <= 1 or (t is not None and not 0 <= t <= 1):
+        raise ValueError(f"delta_slerp: need 0 <= t <= 1 and 0 <= lo <= hi <= 1, got {t}, {t_range}")
+
+    def fn(As, Bs, _):
+        A1, A2, B1, B2 = As[0], As[1], Bs[0], Bs[1]
+        M = len(A1)
+        if t is None:
+            tt = lo + (hi - lo) * _rand((M,), generator, A1)
+        else:
+            tt = torch.full((M,), float(t), dtype=A1.dtype, device=A1.device)
+        tiny = torch.finfo(A1.dtype).tiny
+        n1, n2 = fro(B1, A1), fro(B2, A2)                                    # [M]
+        inner = ((B1.mT @ B2) * (A1 @ A2.mT)).sum((-2, -1))                  # ⟨B₁A₁, B₂A₂⟩_F
+        cos = (inner / (n1 * n2).clamp_min(tiny)).clamp(-1.0, 1.0)
+        theta = torch.arccos(cos)
+        sin = torch.sin(theta)
+        arc = (sin > 1e-6) & (n1 > 0) & (n2 > 0)                             # else: lerp
+        scale = ((1 - tt) * n1 + tt * n2) / sin.clamp_min(tiny)
+        w1 = torch.where(arc, scale * torch.sin((1 - tt) * theta) / n1.clamp_min(tiny), 1 - tt)
+        w2 = torch.where(arc, scale * torch.sin(tt * theta) / n2.clamp_min(tiny), tt)
+        # the norm of w1·ΔW₁ + w2·ΔW₂ before truncation: (1−t)‖ΔW₁‖ + t‖ΔW₂‖ on the arc
+        square = (w1 * n1).square() + (w2 * n2).square() + 2 * w1 * w2 * inner
+        U, S, V = qr_svd(Bs, As, [w1, w2])
+        return _refactor(U, S, V, _a_rms(As), generator, square.clamp_min(0).sqrt())
+    return _apply([fitter, other], fn)
+
+
 MUTATIONS = {"copy_parent": copy_parent, "spectral_jitter": spectral_jitter, "gauss_rel": gauss_rel,
              "component_resample": component_resample, "scale_jitter": scale_jitter,
              "rank_rotation": rank_rotation, "input_noise": input_noise}
 CROSSOVERS = {"copy_parent": copy_fitter, "linear_0_5": linear_0_5, "module_swap": module_swap,
               "layer_block_swap": layer_block_swap, "delta_lincomb_svd": delta_lincomb_svd,
               "component_splice": component_splice, "aligned_factor_avg": aligned_factor_avg,
-              "core_ties": core_ties, "core_dare": core_dare, "weighted_multi": weighted_multi}
+              "core_ties": core_ties, "core_dare": core_dare, "weighted_multi": weighted_multi,
+              "delta_slerp": delta_slerp}
 SWAPS = ("module_swap", "layer_block_swap")  # coordinates unchanged per module: the donor's optimizer state is valid
 
 

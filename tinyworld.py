@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import re
 import string
 import sys
 import time
@@ -362,6 +363,114 @@ def write_seeds(path, world=WORLD, count=32):
         f.writelines(json.dumps(row) + "\n" for row in rows)
     os.replace(path + ".tmp", path)
     return path
+
+
+# ------------------------------------------------------------------ held-out benchmark, training pools
+# Generator seeds apart from the warm start's (WORLD["seed"]) and the seed archive's (+1000).
+HELDOUT = dict(seed=2000, per_task=30)  # evaluate.py --benchmarks tiny: 30 problems per task type
+POOL_SEED = 3000  # pool_rows' default: a training pool for bench/learning_check.py
+FENCED_PROGRAM = re.compile(r"```python\n(.*?)\n```", re.S)
+
+
+_SEEN = {}  # seen_programs per world settings, computed once per process
+
+
+def seen_programs(world=WORLD):
+    """Every program text the warm start or its seed archive shows: the python fences of the whole
+    corpus (pool programs, their damaged copies, references) and the seed archive's programs.
+    Rebuilds the corpus once per process (~15 s, most of it the sandbox validating the pool)."""
+    key = json.dumps(world, sort_keys=True)
+    if key not in _SEEN:
+        _SEEN[key] = _corpus_programs(world)
+    return set(_SEEN[key])
+
+
+def _corpus_programs(world):
+    levels, statements = world["levels"], world["max_statements"]
+    pool = build_pool(world["seed"], world["programs"], levels, statements, world["grow_prob"])
+    seen = set()
+    pairs = transcripts(pool, world["seed"] + 1, world["references"], world["noise"])
+    for prompt, response in pairs:
+        seen.update(FENCED_PROGRAM.findall(prompt + response))
+    seeds = build_pool(world["seed"] + 1000, 32, levels, statements, 0.0)
+    seen.update(p["program"] for p in seeds)
+    return seen
+
+
+def fresh_pool(seed, count, world, exclude):
+    """`count` valid pool problems from `seed` with the world's settings, each program new: not in
+    `exclude` and not repeated. Short programs repeat often (the default corpus of 4,000 holds ~2,800
+    distinct ones), so this asks build_pool for 2x, 4x, ... `count` until enough survive.
+    Deterministic given its arguments."""
+    ask = 2 * count
+    while True:
+        pool = build_pool(seed, ask, world["levels"], world["max_statements"], world["grow_prob"])
+        kept, taken = [], set(exclude)
+        for p in pool:
+            if p["program"] not in taken:
+                taken.add(p["program"])
+                kept.append(p)
+        if len(kept) >= count or ask >= 64 * count:
+            return kept[:count]
+        ask *= 2
+
+
+def problem_rows(pool, prefix):
+    """Pool problems as proposals of the three task types in turn: {"id", "task", "program"} plus
+    "input" (code_i, code_o) or "inputs" and "message" (code_f), what verify.validate takes."""
+    rows = []
+    for k, p in enumerate(pool):
+        task = verify.TASKS[k % len(verify.TASKS)]
+        row = {"id": f"{prefix}/{k}", "task": task, "program": p["program"]}
+        if task == "code_f":
+            row.update(inputs=p["inputs"], message=p["message"])
+        else:
+            row["input"] = p["input"]
+        rows.append(row)
+    return rows
+
+
+def heldout_rows(world=WORLD, heldout=HELDOUT):
+    """The held-out benchmark: 3 x per_task problems, task types in turn, from a generator seed the
+    warm start never used, and none of whose programs the warm start or the seed archive showed."""
+    count = 3 * heldout["per_task"]
+    return problem_rows(fresh_pool(heldout["seed"], count, world, seen_programs(world)), "tiny")
+
+
+def pool_rows(count, world=WORLD, seed=POOL_SEED, heldout=HELDOUT):
+    """A training pool in AZR's seed format (train.py --seed_archive): `count` programs, each as
+    {"snippet", "input"} (train.py files it under code_i and code_o) and as {"snippet", "inputs",
+    "message"} (code_f); drawn like the held-out benchmark, with none of its programs and none the
+    warm start showed."""
+    exclude = seen_programs(world)
+    benchmark = fresh_pool(heldout["seed"], 3 * heldout["per_task"], world, exclude)
+    exclude.update(p["program"] for p in benchmark)
+    rows = []
+    for p in fresh_pool(seed, count, world, exclude):
+        rows.append({"snippet": p["program"], "input": p["input"]})
+        rows.append({"snippet": p["program"], "inputs": p["inputs"], "message": p["message"]})
+    return rows
+
+
+def write_jsonl(path, rows):
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def heldout_benchmark(cache_dir="out/.tiny", world=None, heldout=None):
+    """Path of the held-out benchmark file (tiny.jsonl: heldout_rows), built once per settings under
+    cache_dir and reused; evaluate.py validates its rows in the sandbox for the gold answers.
+    Generated, not committed: it must come from the world settings of the warm base it measures."""
+    world, heldout = world or WORLD, heldout or HELDOUT
+
+    def build(folder):
+        write_jsonl(os.path.join(folder, "tiny.jsonl"), heldout_rows(world, heldout))
+        with open(os.path.join(folder, "config.json"), "w") as f:  # cached_folder's "done" mark
+            json.dump(dict(world=world, heldout=heldout, version=VERSION), f, indent=1)
+    folder = population.cached_folder(cache_dir, "tiny-heldout", [world, heldout, VERSION], build)
+    return os.path.join(folder, "tiny.jsonl")
 
 
 def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log=print):

@@ -50,7 +50,7 @@ def world_cfg(model, out_dir, **overrides):
         model=model, seed_archive=os.path.join(model, "seeds.jsonl"), out_dir=out_dir, steps=20,
         propose_per_task=4, solve_samples=4, min_problems=2, references=3, max_new_tokens=192, max_prompt_tokens=2048,
         lora_rank=8, lora_alpha=16, lora_targets="q_proj,k_proj,v_proj,o_proj", lr=1e-3, evolve_every=5,
-        save_every=-1, engine="hf", micro_batch=32, samples_per_step=4, seed=1337), **overrides}
+        save_every=-1, engine="hf", samples_per_step=4, seed=1337), **overrides}
 
 
 def rates(row, members):

@@ -259,6 +259,53 @@ def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
     assert "| best teacher | t0 |" in md and "math_avg7" in md and md.count("\n|") >= 8
 
 
+def _tiny_data(folder, count=6):
+    """data_dir/tiny.jsonl: `count` problems of the laptop world, task types in turn (tinyworld's rows)."""
+    import tinyworld
+    os.makedirs(folder, exist_ok=True)
+    rows = tinyworld.problem_rows(tinyworld.build_pool(5, count, 4, 4, 0.0), "tiny")
+    tinyworld.write_jsonl(os.path.join(folder, "tiny.jsonl"), rows)
+    return str(folder)
+
+
+def test_tiny_benchmark_grades_golds_right_and_others_wrong(tmp_path):
+    data = _tiny_data(tmp_path / "data", 9)
+    items = E.load_benchmark("tiny", data)
+    assert [it["task"] for it in items] == ["code_i", "code_o", "code_f"] * 3
+    report = E.selfcheck(dict(CFG, data_dir=data, benchmarks="tiny"))
+    assert report == {"tiny": {"records": 9, "passed": 9, "failed": []}}
+    # another problem's gold, a format error, and f(...) as a code_o answer (f is not in scope there)
+    golds = {"code_i": "input", "code_o": "output", "code_f": "program"}
+    wrong = [(k, items[(k + 3) % 9]["problem"][golds[it["task"]]]) for k, it in enumerate(items)]
+    wrong += [(0, ""), (1, f"f({items[1]['problem']['input']})")]
+    verdicts = E.grade("tiny", items, wrong, CFG)
+    assert sum(v["correct"] for v in verdicts[:9]) <= 2, verdicts   # a code_i input may fit two programs
+    assert not verdicts[9]["correct"] and "format error" in verdicts[9]["reason"]
+    assert not verdicts[10]["correct"]
+    response = f"x </think> <answer>```output\n{items[1]['problem']['output']}\n```</answer>"
+    assert E.extract_tiny("code_o", response) == items[1]["problem"]["output"]
+    assert E.extract_tiny("code_o", "no tags") == ""
+
+
+def test_evaluate_tiny_end_to_end(tmp_path):
+    pop = _checkpoint(str(tmp_path / "pop"), ["student", "student"], str(tmp_path / "out" / ".tiny"), 0.5)
+    data = _tiny_data(tmp_path / "data")
+    r = cli("--ckpt", pop, "--benchmarks", "tiny", "--data_dir", data, "--engine", "hf", "--tiny_tokens", "6",
+            "--out", str(tmp_path / "eval"), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert result["benchmarks"] == ["tiny"] and result["n_items"] == {"tiny": 6}
+    assert set(result["scores"]) == {"s0", "s1", "base"}
+    for row in result["scores"].values():
+        assert {"tiny", "tiny_code_i", "tiny_code_o", "tiny_code_f"} <= set(row)
+        assert row["overall"] == row["tiny"]
+    assert list(result["table"]) == ["base", "population mean", "best student", "weakest member"]
+    samples = result["samples"]["tiny"]
+    assert samples["s1"][0]["response"] == samples["base"][0]["response"] != samples["s0"][0]["response"]
+    md = (tmp_path / "eval" / "eval.md").read_text()
+    assert "tiny_code_f" in md and "math_avg6" not in md
+
+
 def test_report_writes_every_figure(tmp_path):
     fixtures = os.path.dirname(FIX)
     for name, src, cfg in (("pop", "metrics_small.jsonl", {}),

@@ -12,7 +12,7 @@ R = 4
 SHAPES = {"self_attn.q_proj": (48, 64), "self_attn.k_proj": (16, 64), "mlp.down_proj": (64, 96)}  # (out, in)
 OPS = [("mutation", n) for n in evolve.MUTATIONS] + [("crossover", n) for n in evolve.CROSSOVERS]
 STOCHASTIC = {"spectral_jitter", "gauss_rel", "component_resample", "scale_jitter", "rank_rotation", "input_noise",
-              "module_swap", "layer_block_swap", "component_splice", "core_dare"}
+              "module_swap", "layer_block_swap", "component_splice", "core_dare", "delta_slerp"}
 A, B = evolve.A_KEY, evolve.B_KEY
 
 
@@ -393,6 +393,82 @@ def test_weighted_multi():
         assert rel(dw(per_module, s), dw(ps[0] if i == 0 else ps[1], s)) < 1e-8
     with pytest.raises(ValueError, match="sum to zero"):
         evolve.weighted_multi(ps[0], ps[1], gen, weights=[1.0, -1.0])
+
+
+def unit(d):
+    return d / d.norm()
+
+
+def dense_slerp(d1, d2, t):
+    """SLERP of two dense matrices: the arc point at fraction t, at the interpolated norm."""
+    theta = torch.arccos((unit(d1) * unit(d2)).sum().clamp(-1, 1))
+    n_t = (1 - t) * d1.norm() + t * d2.norm()
+    return n_t * (torch.sin((1 - t) * theta) * unit(d1) + torch.sin(t * theta) * unit(d2)) / torch.sin(theta)
+
+
+def angle(x, y):
+    return float(torch.arccos((unit(x) * unit(y)).sum().clamp(-1, 1)))
+
+
+def test_delta_slerp_against_dense_algebra():
+    p1, p2 = make(0, dtype=torch.float64), make(1, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    ends = [evolve.delta_slerp(p1, p2, gen, t=t) for t in (0.0, 1.0)]
+    same = evolve.delta_slerp(p1, p1, gen)
+    fixed = evolve.delta_slerp(p1, p2, gen, t=0.3)
+    gauge = evolve.delta_slerp(rotated(p1, 1), rotated(p2, 2), gen, t=0.3)
+    middle = evolve.delta_slerp(p1, p2, gen, t=0.5)
+    lerp = evolve.delta_lincomb_svd(p1, p2, gen, norm="keep")
+    for s in evolve.modules(p1):
+        d1, d2 = dw(p1, s), dw(p2, s)
+        assert rel(dw(ends[0], s), d1) < 1e-8 and rel(dw(ends[1], s), d2) < 1e-8
+        assert rel(dw(same, s), d1) < 1e-8
+        # the arc point, truncated to rank r (dense SVD in fp64), back at the interpolated norm
+        U, S, V, _ = svd_top(dense_slerp(d1, d2, 0.3))
+        want = U @ torch.diag(S) @ V.T
+        want = want * ((0.7 * d1.norm() + 0.3 * d2.norm()) / want.norm())
+        assert rel(dw(fixed, s), want) < 1e-8
+        assert rel(dw(gauge, s), dw(fixed, s)) < 1e-8                    # invariant to either gauge
+        # unrelated parents: the lerp midpoint shrinks, the arc keeps the mean norm
+        mean = float((d1.norm() + d2.norm()) / 2)
+        assert float(dw(middle, s).norm()) == pytest.approx(mean, rel=1e-8)
+        assert float(dw(lerp, s).norm()) < 0.85 * mean
+
+
+def test_delta_slerp_walks_the_arc_with_a_random_t_per_module():
+    """Parents with the same row and column spaces: their arc stays rank r, so no truncation and the
+    child is exactly on it: the two angles add up to θ, the norm is interpolated at t = angle / θ."""
+    p1 = make(0, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    p2 = {}
+    for s in evolve.modules(p1):
+        mix = torch.randn(R, R, generator=g, dtype=torch.float64)
+        p2[s + A] = (torch.eye(R, dtype=torch.float64) + 0.5 * mix) @ p1[s + A]
+        p2[s + B] = p1[s + B] @ torch.randn(R, R, generator=g, dtype=torch.float64)
+    child = evolve.delta_slerp(p1, p2, torch.Generator().manual_seed(0))
+    ts = []
+    for s in evolve.modules(p1):
+        d1, d2, d = dw(p1, s), dw(p2, s), dw(child, s)
+        theta = angle(d1, d2)
+        assert angle(d, d1) + angle(d, d2) == pytest.approx(theta, rel=1e-7)
+        t = angle(d, d1) / theta
+        assert float(d.norm()) == pytest.approx(float((1 - t) * d1.norm() + t * d2.norm()), rel=1e-7)
+        ts.append(t)
+    assert min(ts) >= 0 and max(ts) <= 1 and max(ts) - min(ts) > 0.3       # t ~ U(0, 1) per module
+
+
+def test_delta_slerp_falls_back_to_the_lerp():
+    p1, fresh = make(0, dtype=torch.float64), make(1, dtype=torch.float64, zero_b=True)
+    gen = torch.Generator().manual_seed(0)
+    child = evolve.delta_slerp(p1, fresh, gen, t=0.25)                      # ΔW₂ = 0: no direction
+    flipped = {k: -v if k.endswith(B) else v for k, v in p1.items()}
+    opposite = evolve.delta_slerp(p1, flipped, gen, t=0.25)                # θ = π: no unique arc
+    for s in evolve.modules(p1):
+        assert rel(dw(child, s), 0.75 * dw(p1, s)) < 1e-8
+        assert rel(dw(opposite, s), 0.5 * dw(p1, s)) < 1e-8
+    for bad in (dict(t=1.5), dict(t_range=(0.6, 0.4)), dict(t_range=(-0.1, 1.0))):
+        with pytest.raises(ValueError, match="delta_slerp"):
+            evolve.delta_slerp(p1, p1, gen, **bad)
 
 
 # ----------------------------------------------------------------------------- fail-safe and errors

@@ -76,6 +76,49 @@ def test_tokenizer_round_trips_and_compresses_the_prompts(pool):
 
 
 @pytest.mark.slow
+def test_heldout_benchmark_shares_no_program_with_the_warm_start(tmp_path):
+    """The default held-out benchmark (evaluate.py --benchmarks tiny): 30 problems per task type, none of
+    whose programs appears in a python fence anywhere in the warm start's corpus (rebuilt here from
+    build_pool + transcripts, searched as text) or in the seed archive; valid in the sandbox; cached; and
+    disjoint from a training pool."""
+    path = tinyworld.heldout_benchmark(str(tmp_path))
+    rows = [json.loads(line) for line in open(path)]
+    assert [r["task"] for r in rows].count("code_f") == 30 and len(rows) == 90
+    assert {r["task"] for r in rows} == set(verify.TASKS) and len({r["id"] for r in rows}) == 90
+    assert len({r["program"] for r in rows}) == 90
+    world = tinyworld.WORLD
+    pool = tinyworld.build_pool(world["seed"], world["programs"], world["levels"], world["max_statements"],
+                                world["grow_prob"])
+    corpus = "".join(a + b for a, b in tinyworld.transcripts(pool, world["seed"] + 1, world["references"],
+                                                              world["noise"]))
+    seeds = open(tinyworld.write_seeds(str(tmp_path / "seeds.jsonl"))).read()
+    for r in rows:
+        assert f"```python\n{r['program']}\n```" not in corpus, r["program"]
+        assert json.dumps(r["program"]) not in seeds, r["program"]
+    # the filter is what keeps them apart: the same generator without it repeats corpus programs
+    raw = tinyworld.build_pool(tinyworld.HELDOUT["seed"], 90, 4, 4, world["grow_prob"])
+    assert sum(f"```python\n{p['program']}\n```" in corpus for p in raw) > 10
+    for task in verify.TASKS:
+        keys = ("program", "inputs", "message") if task == "code_f" else ("program", "input")
+        results = verify.validate(task, [{k: r[k] for k in keys} for r in rows if r["task"] == task])
+        assert all(result["valid"] for result in results), [x["reason"] for x in results]
+    stamp = os.path.getmtime(path)
+    assert tinyworld.heldout_benchmark(str(tmp_path)) == path and os.path.getmtime(path) == stamp
+    train_pool = tinyworld.pool_rows(30)  # AZR's seed format, each program with one input and with ten
+    assert [sorted(r) for r in train_pool[:2]] == [["input", "snippet"], ["inputs", "message", "snippet"]]
+    programs = {r["snippet"] for r in train_pool}
+    assert len(train_pool) == 60 and len(programs) == 30 and not programs & {r["program"] for r in rows}
+    assert all(f"```python\n{program}\n```" not in corpus for program in programs)
+
+
+def test_heldout_rows_are_deterministic():
+    world, heldout = dict(tinyworld.WORLD, programs=150), dict(tinyworld.HELDOUT, per_task=4)
+    rows = tinyworld.heldout_rows(world, heldout)
+    assert rows == tinyworld.heldout_rows(world, heldout) and len(rows) == 12
+    assert rows != tinyworld.heldout_rows(world, dict(heldout, seed=heldout["seed"] + 1))
+
+
+@pytest.mark.slow
 def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
     world, steps = dict(tinyworld.WORLD, programs=40), dict(tinyworld.TRAIN, steps=3)
     a, b = (tinyworld.warm_base(str(tmp_path / d), world=world, train=steps, log=lambda *x: None) for d in "ab")
@@ -103,7 +146,7 @@ def test_one_step_on_the_warm_base_has_signal(tmp_path):
         model=folder, seed_archive=os.path.join(folder, "seeds.jsonl"), out_dir=str(tmp_path / "run"), steps=1,
         teachers=2, students=2, propose_per_task=8, solve_samples=4, min_problems=2, references=3, max_new_tokens=160,
         lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", evolve_every=-1, save_every=-1, engine="hf",
-        micro_batch=32, seed=3)}
+        seed=3)}
     train.main(cfg)
     row = json.loads(open(tmp_path / "run" / "metrics.jsonl").read().splitlines()[0])
     valid = [row[f"teacher/{m}/valid_rate/{t}"] for m in ("t0", "t1") for t in verify.TASKS]
