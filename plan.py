@@ -1,20 +1,21 @@
 """The per-rank GPU memory plan (`python train.py --plan`), computed before anything is loaded.
 
-Why a file of its own: train.py runs the loop; this answers one question before a node is rented — does this
-configuration fit one GPU per rank? — and train.py asks it again at start-up on CUDA, stopping with the table
-when the answer is no.
+Why a file of its own: train.py runs the loop; this answers one question before a node is rented
+(does this configuration fit one GPU per rank?), and train.py asks it again at start-up on CUDA,
+stopping with the table when the answer is no.
 
-What one rank holds (SPEC §9: every rank holds the base, every member, every optimizer state and its own vLLM
-engine; it trains every member, one at a time):
-- the base for training, in the training dtype (counted exactly on the meta device: no weights are loaded);
-- every member's LoRA weights in float32 (peft keeps adapters in float32 under a bf16 base), counted exactly
-  from the target modules' shapes: r x (in + out) per module;
-- one member's gradients (float32; freed after its step) and, with world > 1, the flat all_reduce buffer;
+What one rank holds (SPEC §9: every rank holds the base, every member, every optimizer state and its
+own vLLM engine; it trains every member, one at a time):
+- the base for training, in the training dtype (counted exactly on the meta device: nothing loaded);
+- every member's LoRA weights in float32 (peft keeps adapters in float32 under a bf16 base), counted
+  exactly from the target modules' shapes: r x (in + out) per module;
+- one member's gradients (float32; freed after its step) and, with world > 1, the all_reduce buffer;
 - AdamW's two float32 moments for every member;
-- vLLM's reservation: gpu_memory_utilization x the GPU; inside it, its own copy of the base, max_loras adapter
-  slots, a working reserve, and the KV cache it leaves (which must hold at least one max-length sequence);
-- activations of one micro-batch of `micro_batch_tokens` (`activation_bytes`: a formula calibrated against
-  measured peaks of training micro-batches on CPU, tests/test_plan.py);
+- vLLM's reservation: gpu_memory_utilization x the GPU; inside it, its own copy of the base, one
+  adapter slot per member, a working reserve, and the KV cache it leaves (which must hold at least
+  one max-length sequence);
+- activations of one micro-batch of `micro_batch_tokens` (`activation_bytes`: a formula calibrated
+  against measured peaks of training micro-batches on CPU, tests/test_plan.py);
 - a fixed CUDA context and allocator slack.
 The config of the default model ships in configs/ (a public fact), so the plan needs no download.
 """
@@ -27,16 +28,17 @@ CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 SHIPPED = {"Qwen/Qwen2.5-Coder-7B": "Qwen2.5-Coder-7B.json"}
 GB = 1e9
 CUDA_CONTEXT_GB = 1.5       # CUDA context, cuBLAS workspaces, allocator fragmentation
-VLLM_RESERVE_GB = 2.0       # vLLM's own activations and sampler buffers, inside its reservation
-# activation calibration, measured on CPU (float32) with tests/test_plan.py's live-bytes counter on random Qwen2s of
-# 5-50M parameters: a decoder layer keeps ~1.0 x layer_elements per token for backward, and the log-prob pass
-# peaks at 3 float32 [chunk, vocabulary] copies (logits, log-softmax, its gradient)
+VLLM_RESERVE_GB = 2.0       # vLLM's own activations and sampler buffers, inside its share
+# Activation calibration, measured on CPU (float32) with tests/test_plan.py's live-bytes counter on
+# random Qwen2s of 20 M and 86 M parameters: a decoder layer keeps ~1.0 x layer_elements per token
+# for backward, and the log-prob pass peaks at 3 float32 [chunk, vocabulary] copies (logits,
+# log-softmax, its gradient).
 LAYER_ACTIVATIONS = 1.0
 CHUNK_COPIES = 3
 
 
 def model_config(model, cache_dir="out/.tiny"):
-    """The transformers config of `model`: a local folder, the hub cache, or the copy shipped in configs/."""
+    """The transformers config of `model`: a local folder, the hub cache, or configs/'s copy."""
     from transformers import AutoConfig
     import population
     if model in SHIPPED:
@@ -50,7 +52,7 @@ def model_config(model, cache_dir="out/.tiny"):
 
 
 def count_parameters(config, targets, rank):
-    """(base parameters, LoRA parameters of one member), both exact: the model is built on the meta device."""
+    """(base parameters, LoRA parameters of one member), both exact: built on the meta device."""
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -62,18 +64,22 @@ def count_parameters(config, targets, rank):
     return base, adapter
 
 
+def head_size(config):
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def layer_elements(config):
-    """Elements per token one decoder layer keeps for backward: residual input, two norm outputs, q, attention
-    output, o-projection input, k and v, and the MLP's gate, up, activation and product."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = config.num_key_value_heads * head_dim
+    """Elements per token one decoder layer keeps for backward: residual input, two norm outputs,
+    q, attention output, o-projection input, k and v, and the MLP's gate, up, activation, product."""
+    kv = config.num_key_value_heads * head_size(config)
     return 7 * config.hidden_size + 2 * kv + 4 * config.intermediate_size
 
 
 def activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk):
-    """Peak activation bytes of one training micro-batch of `tokens` tokens (prompt + completion, padded).
-    With checkpointing, every layer keeps only its input (hidden) and one layer at a time is rebuilt in backward;
-    without, every layer keeps everything. The log-prob pass adds a few float32 [chunk, vocabulary] copies."""
+    """Peak activation bytes of one training micro-batch of `tokens` (prompt + completion, padded).
+    With checkpointing every layer keeps only its input and one layer at a time is rebuilt in
+    backward; without, every layer keeps everything. The log-prob pass adds a few float32
+    [chunk, vocabulary] copies."""
     layers, hidden = config.num_hidden_layers, config.hidden_size
     one_layer = tokens * LAYER_ACTIVATIONS * layer_elements(config) * dtype_bytes
     chunk_bytes = CHUNK_COPIES * min(chunk, tokens) * config.vocab_size * 4
@@ -82,10 +88,31 @@ def activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk):
     if not checkpointing:
         # every layer's activations are alive while the log-prob pass runs
         return kept + layers * one_layer + chunk_bytes
-    # every layer keeps its input; the log-prob pass (first in backward) and the one layer rebuilt at a time
-    # (later) never overlap, so the peak is the larger of the two
+    # every layer keeps its input; the log-prob pass (first in backward) and the one layer rebuilt
+    # at a time (later) never overlap, so the peak is the larger of the two
     kept += tokens * layers * hidden * dtype_bytes
     return kept + max(chunk_bytes, one_layer)
+
+
+def gpu_size_gb(cfg):
+    """--gpu_memory_gb, or the size of this process's GPU."""
+    if cfg["gpu_memory_gb"]:
+        return cfg["gpu_memory_gb"]
+    if not torch.cuda.is_available():
+        raise SystemExit("--plan: no GPU to read the memory size from; pass --gpu_memory_gb (e.g. 80)")
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GB
+
+
+def largest_budget(config, room, dtype_bytes, checkpointing, chunk):
+    """The largest micro_batch_tokens whose activations fit in `room` bytes (bisection)."""
+    low, high = 0, 1 << 22
+    while low < high:
+        middle = (low + high + 1) // 2
+        if activation_bytes(config, middle, dtype_bytes, checkpointing, chunk) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def memory_plan(cfg, roles):
@@ -99,21 +126,18 @@ def memory_plan(cfg, roles):
     checkpointing = cfg["gradient_checkpointing"]
     if checkpointing is None:
         checkpointing = True  # the GPU default
-    limit = cfg["gpu_memory_gb"]
-    if not limit:
-        if not torch.cuda.is_available():
-            raise SystemExit("--plan: no GPU to read the memory size from; pass --gpu_memory_gb (e.g. 80)")
-        limit = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GB
-    # vLLM: its reservation holds its own base copy, the adapter slots, a working reserve and the KV cache
+    limit = gpu_size_gb(cfg)
+    # vLLM's share holds its own base copy, one adapter slot per member, a reserve and the KV cache
     vllm = cfg["gpu_memory_utilization"] * limit * GB
     slots = members * adapter * dtype_bytes
     kv_cache = vllm - base * dtype_bytes - slots - VLLM_RESERVE_GB * GB
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * dtype_bytes
-    kv_tokens = max(0, int(kv_cache // kv_per_token))
+    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_size(config)
+    kv_tokens = max(0, int(kv_cache // (kv_per_token * dtype_bytes)))
     max_len = cfg["max_prompt_tokens"] + cfg["max_new_tokens"]
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    gradients = adapter * 4 * (2 if world > 1 else 1)
+    # one member's float32 gradients; under torchrun also the flat all_reduce buffer
+    gradients = adapter * 4
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        gradients *= 2
     fixed = {
         "base": base * dtype_bytes,
         "adapters": members * adapter * 4,
@@ -122,20 +146,13 @@ def memory_plan(cfg, roles):
         "vllm": vllm,
         "cuda_context": CUDA_CONTEXT_GB * GB,
     }
-    activations = activation_bytes(config, cfg["micro_batch_tokens"], dtype_bytes, checkpointing,
-                                   cfg["logprob_chunk"])
+    chunk = cfg["logprob_chunk"]
+    activations = activation_bytes(config, cfg["micro_batch_tokens"], dtype_bytes, checkpointing, chunk)
     total = sum(fixed.values()) + activations
-    # the largest token budget that still fits (activations grow linearly with tokens past one chunk)
     room = limit * GB - sum(fixed.values())
-    low, high = 0, 1 << 22
-    while low < high:
-        middle = (low + high + 1) // 2
-        if activation_bytes(config, middle, dtype_bytes, checkpointing, cfg["logprob_chunk"]) <= room:
-            low = middle
-        else:
-            high = middle - 1
-    row = {"model": cfg["model"], "dtype": dtype, "members": members, "gradient_checkpointing": checkpointing,
-           "micro_batch_tokens": cfg["micro_batch_tokens"], "params/base": base, "params/adapter": adapter}
+    row = {"model": cfg["model"], "dtype": dtype, "members": members,
+           "gradient_checkpointing": checkpointing, "micro_batch_tokens": cfg["micro_batch_tokens"],
+           "params/base": base, "params/adapter": adapter}
     for key, value in fixed.items():
         row[f"gb/{key}"] = round(value / GB, 2)
     row["gb/kv_cache"] = round(kv_cache / GB, 2)
@@ -143,23 +160,42 @@ def memory_plan(cfg, roles):
     row["gb/activations"] = round(activations / GB, 2)
     row["gb/total"] = round(total / GB, 2)
     row["gb/limit"] = round(limit, 2)
+    # it fits when the total does and vLLM's KV cache holds at least one max-length sequence
     row["fits"] = bool(total <= limit * GB and kv_tokens >= max_len)
-    row["max_micro_batch_tokens"] = low
+    row["max_micro_batch_tokens"] = largest_budget(config, room, dtype_bytes, checkpointing, chunk)
     return row
 
 
 def table(row):
     """The plan as a small per-rank table, one component a line."""
     lines = [f"memory plan per rank: {row['model']}, {row['members']} members, {row['dtype']}, "
-             f"micro_batch_tokens {row['micro_batch_tokens']}, checkpointing {row['gradient_checkpointing']}",
-             f"  parameters: base {row['params/base']:,}, adapter {row['params/adapter']:,} per member"]
-    notes = {"base": "training copy of the frozen base", "adapters": "every member's LoRA weights, float32",
-             "gradients": "one member at a time (+ all_reduce buffer)", "optimizer": "AdamW moments, every member",
-             "vllm": f"engine share (KV cache {row['gb/kv_cache']} GB = {row['kv_cache_tokens']:,} tokens)",
-             "cuda_context": "context, workspaces, fragmentation", "activations": "one micro-batch, calibrated"}
+             f"micro_batch_tokens {row['micro_batch_tokens']}, "
+             f"checkpointing {row['gradient_checkpointing']}",
+             f"  parameters: base {row['params/base']:,}, "
+             f"adapter {row['params/adapter']:,} per member"]
+    notes = {
+        "base": "training copy of the frozen base",
+        "adapters": "every member's LoRA weights, float32",
+        "gradients": "one member at a time (+ all_reduce buffer)",
+        "optimizer": "AdamW moments, every member",
+        "vllm": f"engine share (KV cache {row['gb/kv_cache']} GB = {row['kv_cache_tokens']:,} tokens)",
+        "cuda_context": "context, workspaces, fragmentation",
+        "activations": "one micro-batch, calibrated",
+    }
     for key, note in notes.items():
         lines.append(f"  {key:<13}{row['gb/' + key]:>8.2f} GB  {note}")
     verdict = "fits" if row["fits"] else "does NOT fit"
     lines.append(f"  {'total':<13}{row['gb/total']:>8.2f} GB  of {row['gb/limit']:.2f} GB: {verdict}; "
                  f"largest micro_batch_tokens that fits: {row['max_micro_batch_tokens']:,}")
     return "\n".join(lines)
+
+
+def check_fits(cfg, roles):
+    """train.py's start-up check on CUDA: the plan, or SystemExit with its table when it does not fit."""
+    row = memory_plan(cfg, roles)
+    if not row["fits"]:
+        raise SystemExit(f"{table(row)}\nthis configuration does not fit in {row['gb/limit']:.0f} GB "
+                         f"per GPU (python train.py --plan shows this plan): lower --micro_batch_tokens "
+                         f"(at most {row['max_micro_batch_tokens']:,} fits), --gpu_memory_utilization "
+                         f"or --max_new_tokens, or use fewer members per node")
+    return row

@@ -606,11 +606,7 @@ def main(cfg):
         checkpointing = device.startswith("cuda")
     if device.startswith("cuda"):
         # before loading 15 GB: stop with the plan's table when this configuration cannot fit
-        memory = plan.memory_plan(dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing), roles)
-        if not memory["fits"]:
-            raise SystemExit(f"{plan.table(memory)}\nthis configuration does not fit in {memory['gb/limit']:.0f} "
-                             f"GB per GPU (python train.py --plan shows the plan); lower --micro_batch_tokens "
-                             f"(at most {memory['max_micro_batch_tokens']} fits) or --gpu_memory_utilization")
+        plan.check_fits(dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing), roles)
     # decisions (matches, references, top-ups) are drawn on rank 0 only and broadcast
     rng = random.Random(cfg["seed"])
     # the seed archive before the (slow) model: a bad seed file fails fast

@@ -15,6 +15,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")  # real data beside the clone; absent on a fresh clone
+FIXTURES_DIR = os.path.join(ROOT, "tests", "fixtures")
 
 
 def require_vllm():
@@ -40,3 +41,27 @@ def tiny_dir(tmp_path_factory):
     """Folder with the built-in random tiny Qwen2 model and byte-level tokenizer (population.build_tiny)."""
     import population
     return population.build_tiny(str(tmp_path_factory.mktemp("tiny")))
+
+
+@pytest.fixture(scope="session")
+def warm_dir():
+    """THE warm-started tiny base (tinyworld.warm_base, default settings), built once into out/.tiny like train.py's
+    `--model tiny-warm` (~7 minutes on 2 cores the first time, then reused): rewards that vary, so updates are real."""
+    import tinyworld
+    return tinyworld.warm_base(os.path.join(ROOT, "out", ".tiny"))
+
+
+def peak_live_bytes(fn):
+    """Peak bytes of CPU tensors alive at once while fn() runs, above those alive before: torch's profiler records
+    every allocation and free (self_cpu_memory_usage per op); their running sum in time order is the live total.
+    Exact for tensor memory, blind to the interpreter's own; fn's return value is returned with it."""
+    import torch.profiler
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events()
+                    if e.self_cpu_memory_usage)
+    live = peak = 0
+    for _, change in events:
+        live += change
+        peak = max(peak, live)
+    return peak, result

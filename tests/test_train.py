@@ -297,16 +297,17 @@ def test_torchrun_two_ranks_hold_identical_adapters(tiny_dir, tmp_path):
     split over ranks (each rank samples its share with a seed derived from (seed, step, rank), and both engines
     draw a batch's tokens from one stream), so different texts come back and everything downstream differs. The
     invariant that does hold (SPEC §9) is checked instead: after every update and every evolution, every rank holds
-    bit-identical adapters; rank 0's checkpoint holds the optimizer state of the members rank 1 trained."""
+    bit-identical adapters (tests/test_gpu_path.py checks the update itself on fixed sequences)."""
     cfg = tiny_cfg(tiny_dir, tmp_path, steps=2, evolve_every=1, save_every=2)
-    argv = [f"--{k}={v}" for k, v in cfg.items()]
+    argv = [f"--{k}={v}" for k, v in cfg.items() if v is not None]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                            os.path.join(FIXTURES, "train_ddp_probe.py"), *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.load(open(tmp_path / f"adapter_hashes_rank{r}.json")) for r in (0, 1)]
-    assert [r["version"] for r in ranks[0]] == [1, 2, 3, 4]  # per step: after the update, after the evolution
+    # step 0's update, step 1's evolution (at the start of the step), step 1's update
+    assert [r["version"] for r in ranks[0]] == [1, 2, 3]
     assert ranks[0] == ranks[1]
     assert ranks[0][0]["hashes"] != ranks[0][-1]["hashes"]  # evolution changed adapters, and they still agree
     check_metrics(read_jsonl(tmp_path / "metrics.jsonl"), 2, ["t0", "t1"], ["s0", "s1"])
