@@ -347,7 +347,10 @@ LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, 
 
 
 def run_jobs(payloads, timeouts, desc, memory_mb):
-    """Harness runs through verify.execute, in chunks for the progress bar -> [result dict | {"error"}]."""
+    """Harness runs through verify.execute, in chunks for the progress bar -> [result dict] ({"outs", "times",
+    "error", "wall"} as _harness writes it, checked, plus "cpu": the run's CPU seconds as the kernel counted
+    them). The program can print a MARK line of its own: a line that is not exactly what _harness writes
+    fails that run alone; one that is cannot say more than the outputs' hashes, which still have to match."""
     import verify
     jobs = [{"code": HARNESS, "stdin": json.dumps(p), "timeout": t, "memory_mb": memory_mb}
             for p, t in zip(payloads, timeouts)]
@@ -357,10 +360,37 @@ def run_jobs(payloads, timeouts, desc, memory_mb):
         for i, r in zip(order[k:k + step], verify.execute([jobs[i] for i in order[k:k + step]])):
             line = next((x for x in reversed(r["stdout"].split("\n")) if x.startswith(MARK)), None)
             try:
-                results[i] = json.loads(line[len(MARK):])
-            except (TypeError, ValueError):
-                results[i] = {"outs": [], "times": [], "error": r.get("error") or "no result (killed or crashed)"}
+                results[i] = _checked(json.loads(line[len(MARK):]))
+            except (TypeError, ValueError, RecursionError, MemoryError):
+                error = r.get("error") or ("malformed result" if line else "no result (killed or crashed)")
+                results[i] = {"outs": [], "times": [], "error": error, "wall": 0.0}
+            results[i]["cpu"] = r.get("cpu_s", 0.0)
     return results
+
+
+def _checked(result):
+    """A harness result as parsed from the program's stdout -> itself, if it has exactly _harness's shape and
+    types (sizes capped); else ValueError. Nothing in it is trusted beyond that (see run_jobs)."""
+    def number(x):
+        return type(x) in (int, float) and math.isfinite(x)
+    if type(result) is not dict or set(result) != {"outs", "times", "error", "wall"}:
+        raise ValueError("not a harness result")
+    if type(result["outs"]) is not list or type(result["times"]) is not list or type(result["error"]) is not str:
+        raise ValueError("not a harness result")
+    if not number(result["wall"]) or not all(number(t) for t in result["times"]):
+        raise ValueError("not a harness result")
+    for out in result["outs"]:
+        if type(out) is not dict or type(out.get("h")) is not str or not set(out) <= {"h", "n", "f", "lines"}:
+            raise ValueError("not an emitted value")
+        n = out.get("n")
+        if n is not None and not (type(n) is list and len(n) == 2 and type(n[0]) is str and type(n[1]) is list
+                                  and len(n[1]) <= 1000 and all(type(x) in (int, float) for x in n[1])):
+            raise ValueError("not an emitted value")
+        lines = out.get("lines")
+        if lines is not None and not (type(lines) is list and all(type(x) is str for x in lines)):
+            raise ValueError("not an emitted value")
+    result["error"] = result["error"][:300]
+    return result
 
 
 # EvalPlus's special oracles (evalplus/eval/_special_oracle.py facts): set equality, "output not None", and
@@ -418,7 +448,8 @@ def _grouped(keys, results):
     """Join the pieces of each run (in order, up to the first piece with an error) -> {key: run}."""
     runs = {}
     for key, r in zip(keys, results):
-        run = runs.setdefault(key, {"outs": [], "times": [], "error": "", "overhead": 0.0})
+        run = runs.setdefault(key, {"outs": [], "times": [], "error": "", "overhead": 0.0, "cpu": 0.0})
+        run["cpu"] += r["cpu"]                    # the kernel's count, every piece (a program cannot fake it)
         if not run["error"]:
             run["outs"] += r["outs"]
             run["times"] += r["times"]
@@ -460,12 +491,17 @@ def grade_evalplus(name, items, programs, cfg):
         ok, reason = [], ""
         for p in parts:
             ref, run, args = refs[(k, p)], runs.get((n, p)), items[k][p + "_input"]
+            limits = [max(cfg["min_time_limit"], cfg["time_limit_factor"] * t) for t in ref["times"]]
+            slack = 1.0 + 2 * max(0.0, ref["cpu"] - sum(ref["times"]))
             if ref["error"] or len(ref["outs"]) != len(args):
                 why = f"reference run failed: {ref['error']}"
             elif run["error"] or len(run["outs"]) != len(args):
                 why = run["error"] or "incomplete run"
-            elif sum(run["times"]) > cfg["task_timeout"]:   # EvalPlus caps a whole base/plus run
-                why = f"{sum(run['times']):.1f} s over the {cfg['task_timeout']} s cap"
+            elif run["cpu"] > min(cfg["task_timeout"], sum(limits)) + slack:
+                # EvalPlus caps a whole base/plus run; the per-input SIGALRM is the program's to switch off,
+                # so the limits are checked on the CPU time the kernel counted (the reference's overhead and
+                # a second allowed on top)
+                why = f"{run['cpu']:.1f} s of CPU, over the time limits"
             else:
                 bad = next((i for i, a in enumerate(args)
                             if not _same(name, items[k], a, ref["outs"][i], run["outs"][i], items[k]["atol"])), None)
@@ -505,6 +541,8 @@ def grade_lcb(items, programs, cfg):
         it, reason = items[k], run["error"]
         if not reason and len(run["outs"]) != len(it["tests"]):
             reason = "incomplete run"
+        if not reason and run["cpu"] > cfg["lcb_timeout"] * len(it["tests"]) + 1.0:   # the alarm is switchable
+            reason = f"{run['cpu']:.1f} s of CPU, over the time limits"
         for i, t in enumerate(it["tests"] if not reason else ()):
             try:
                 exp = _emit(json.loads(t["output"])) if it["fn_name"] else _lines(t["output"])

@@ -31,26 +31,32 @@ world-readable system files stay readable, host CPU/memory are shared (per-child
 world-writable folders and truncate world-writable files.
 """
 import atexit
-import cmath
 import ctypes
 import gc
 import io
 import json
 import marshal
+import mmap
 import os
 import resource
 import select
 import signal
 import sys
 import time
+from collections import Counter, OrderedDict, defaultdict, deque
+from decimal import Decimal
+from fractions import Fraction
 from importlib.machinery import PathFinder
+# bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, chown as _chown, close as _close, closerange as _closerange, dup2 as _dup2,
-                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, rmdir as _rmdir,
-                setuid as _setuid, unlink as _unlink, waitpid as _waitpid, write as _write)   # bound before layer 3
+                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, readv as _readv,
+                rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4, write as _write)
 
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
 STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
+ERROR_CAP = 1000            # chars of a child's error message kept
+RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)   # bytes of a child's result line (JSON escapes grow text 6x)
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
 UID_BASE = 60000            # children run as UID_BASE + zygote number (root only)
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
@@ -66,50 +72,86 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
 
 # ----------------------------------------------------------------------------- child side (runs user code)
 
-_type_ok = {}
-_escape = json.encoder.encode_basestring_ascii
-
-
-def _real_type(t):
-    """True if `t` is a builtin or collections/fractions/decimal type reachable at its module path: not a class
-    the user made or renamed, nor a library's always-equal object (unittest.mock.ANY)."""
-    if t in _LITERAL:
+def _encode(value, parts, budget, depth=0):
+    """Append the canonical encoding of `value` to `parts` as JSON text: a ["tag", ...] list of strings and
+    lists (ints and floats in hex, so big ints, nan, inf and -0.0 are exact). Exact types only, checked with
+    the real `type` (no subclass, no user class, no always-equal object). `budget` ([units left]) caps the
+    size (a node is 1 unit, 16 chars of text 1 more), depth is capped at MAX_DEPTH, so a cyclic value fails.
+    Returns False when the value holds a type whose repr is not a plain literal (Counter, nan, ...): such a
+    repr must be evaluated back to be trusted. The parent decodes and compares (verify.decode)."""
+    t = type(value)
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise ValueError("output too large or too deeply nested (or cyclic)")
+    tag = _TAGS.get(t)
+    if tag is None:
+        raise ValueError("output is not a plain value (builtin and standard-library types only)")
+    if t is str:
+        budget[0] -= len(value) >> 4
+        parts.append('["str", %s]' % _escape(value))
         return True
-    if t not in _type_ok:
-        try:
-            obj = sys.modules.get(t.__module__) if t.__module__ in _VALUE_MODULES else None
-            for part in t.__qualname__.split("."):
-                obj = getattr(obj, part, None)
-            _type_ok[t] = obj is t
-        except Exception:
-            _type_ok[t] = False
-    return _type_ok[t]
+    if t is int:
+        budget[0] -= value.bit_length() >> 6
+        parts.append('["int", "%x"]' % value)
+        return True
+    if t is bool:
+        parts.append(_BOOLS[value])
+        return True
+    if value is None or value is ...:
+        parts.append(tag)
+        return True
+    if t is float:
+        parts.append('["float", "%s"]' % float.hex(value))
+        return value - value == 0.0               # False for nan and +-inf (their reprs are names)
+    if t in _MAPPINGS:
+        parts.append('["%s", [' % tag)
+        literal = t is dict
+        for n, (k, v) in enumerate(dict.items(value)):
+            parts.append(", [" if n else "[")
+            literal = _encode(k, parts, budget, depth + 1) & literal
+            parts.append(", ")
+            literal = _encode(v, parts, budget, depth + 1) & literal
+            parts.append("]")
+        parts.append("]]")
+        return literal
+    if t in _SEQUENCES:
+        parts.append('["%s", [' % tag)
+        literal = t is not deque
+        for n, v in enumerate(value):
+            if n:
+                parts.append(", ")
+            literal = _encode(v, parts, budget, depth + 1) & literal
+        parts.append("]]")
+        return literal
+    if t is bytes or t is bytearray:
+        budget[0] -= len(value) >> 3
+        parts.append('["%s", "%s"]' % (tag, value.hex()))
+        return t is bytes
+    if t is complex:
+        parts.append('["complex", "%s", "%s"]' % (float.hex(value.real), float.hex(value.imag)))
+        return value - value == 0j
+    if t is range:
+        parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
+        return False
+    if t is Fraction:
+        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 6
+        parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
+        return False
+    text = Decimal.__str__(value)                 # t is Decimal
+    budget[0] -= len(text) >> 4
+    parts.append('["Decimal", %s]' % _escape(text))
+    return False
 
 
-_VALUE_MODULES = {"builtins", "collections", "fractions", "decimal", "array"}
-_LITERAL = {type(None), type(...), bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset}
-
-
-def _plain(value, limit=1_000_000):
-    """0 unless `value` is built only from real builtin/stdlib types, so `==` on it cannot be user-defined (no
-    always-equal objects sneaking through grading); 2 when it is moreover a tree of literal types with finite
-    numbers, whose repr evaluates back to an equal value by construction; else 1. Iterative; shared or cyclic
-    containers are walked once (and make it 1); more than `limit` nodes make it 0."""
-    stack, seen, count, kind = [value], set(), 0, 2
-    while stack:
-        v, count = stack.pop(), count + 1
-        t = type(v)
-        if not _real_type(t) or count > limit:
-            return 0
-        if t not in _LITERAL or (t is float or t is complex) and not cmath.isfinite(v):
-            kind = 1
-        if isinstance(v, (list, tuple, set, frozenset, dict)) or t.__name__ == "deque":
-            if id(v) in seen:
-                kind = 1
-                continue
-            seen.add(id(v))
-            stack.extend(v.items() if isinstance(v, dict) else v)
-    return kind
+MAX_DEPTH = 100        # nesting levels of an encoded value
+MAX_UNITS = 1 << 16    # size budget of one encoded value (see _encode)
+_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
+_MAPPINGS = {dict: "dict", OrderedDict: "OrderedDict", Counter: "Counter", defaultdict: "defaultdict"}
+_TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", complex: "complex", bytes: "bytes",
+         bytearray: "bytearray", range: "range", Fraction: "Fraction", Decimal: "Decimal",
+         bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
+_BOOLS = {True: '["True"]', False: '["False"]'}
+_escape = json.encoder.encode_basestring_ascii
 
 
 def _describe(e):
@@ -132,40 +174,46 @@ class _Capped(io.BytesIO):
 
 
 def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
-    """The job proper, on code objects the parent compiled. Order: gold values first (imports only, no user code
-    yet), then the program, then calls. mode "repr": each call's value -> repr string (round-trip checked unless
-    job["roundtrip"] is False); "equal": gold == value on plain values; otherwise just run the program."""
-    gold_ns = {"__name__": "__main__"}
-    exec_(job["imports"], gold_ns)
-    golds = [eval_(g, dict(gold_ns)) for g in job["golds"]]
+    """The job proper, on code objects the parent compiled -> the JSON text of each call's value. The job
+    holds no gold: the parent compares. Order: the imports alone (the namespace a repr is evaluated back in),
+    then the program, then the calls. mode "repr" (validity): [repr string, encoding] per call, the repr
+    evaluated back unless job["roundtrip"] is False; "encode" (grading): the encoding; else no calls."""
+    imports_ns = {"__name__": "__main__"}
+    exec_(job["imports"], imports_ns)
     ns = {"__name__": "__main__"}
     exec_(job["code"], ns)
     values, mode, cap = [], job.get("mode"), job.get("repr_cap", 2000)
-    for i, call in enumerate(job["calls"]):
+    for call in job["calls"]:
         v = eval_(call, ns)
-        if mode == "repr":
-            r = repr_(v)
-            if type(r) is not str or len(r) > cap:
-                raise ValueError(f"output repr is not a str of at most {cap} chars")
-            kind = _plain(v)
-            if not kind:
-                raise ValueError("output is not a plain value (builtin and standard-library types only)")
-            if kind == 1 and job.get("roundtrip", True):   # Counter(...), nan, ...: really evaluate the repr
-                try:
-                    back = eval_(compile_(r, "<repr>", "eval"), dict(gold_ns))
-                except Exception as e:
-                    raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
-                if not (_plain(back) and bool(back == v)):
-                    raise ValueError("output repr does not evaluate back to an equal value")
-            values.append(r)
-        elif mode == "equal":
-            values.append(bool(_plain(v) and golds[i] == v))
+        parts = []
+        if mode != "repr":
+            _encode(v, parts, [MAX_UNITS])
+            values.append("".join(parts))
+            continue
+        r = repr_(v)
+        if type(r) is not str or len(r) > cap:
+            raise ValueError(f"output repr is not a str of at most {cap} chars")
+        literal = _encode(v, parts, [MAX_UNITS])
+        if not literal and job.get("roundtrip", True):   # Counter(...), nan, ...: really evaluate the repr
+            try:
+                back = eval_(compile_(r, "<repr>", "eval"), dict(imports_ns))
+            except Exception as e:
+                raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
+            back_parts = []
+            try:
+                _encode(back, back_parts, [MAX_UNITS])
+            except ValueError:
+                back_parts = None
+            if back_parts is None or not bool(back == v):
+                raise ValueError("output repr does not evaluate back to an equal value")
+        values.append("[%s, %s]" % (_escape(r), "".join(parts)))
     return values
 
 
 def _outcome(job):
-    """Run a job -> its result line: one JSON object of plain strings/bools (values are repr strings or bools),
-    built with the C string escaper alone (json.dumps costs ~80 copy-on-write faults in a fresh child)."""
+    """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values: JSON texts
+    from _evaluate), built with the C string escaper alone (json.dumps costs ~80 copy-on-write faults in a
+    fresh child). User code can write such a line too: the parent trusts nothing in it (see _decode)."""
     values, error, ok = None, "", False
     try:
         values, ok = _evaluate(job), True
@@ -177,9 +225,9 @@ def _outcome(job):
     except BaseException:
         stdout = ""
     esc = _escape
-    return '{"ok": %s, "error": %s, "stdout": %s, "values": %s}\n' % (
-        "true" if ok else "false", esc(error), esc(stdout), "null" if values is None else "[%s]" % ", ".join(
-            ("true" if v else "false") if v is True or v is False else esc(v) for v in values))
+    if values is None:
+        return '{"ok": false, "error": %s, "stdout": %s, "values": null}\n' % (esc(error), esc(stdout))
+    return '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n' % (esc(stdout), ", ".join(values))
 
 
 def _guard():
@@ -212,6 +260,8 @@ def _child(job, wfd, limits, uid):
         _closerange(wfd + 1, 1 << 16)
         for kind, value in limits:
             resource.setrlimit(kind, value)
+        if _signal_filter is not None and _syscall(317, 1, 0, _signal_filter) != 0:   # seccomp(SET_MODE_FILTER)
+            raise OSError("seccomp filter refused")
         line = _outcome(job)
     except BaseException as e:
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % _escape("sandbox set-up failed: " +
@@ -245,7 +295,8 @@ def _mount_setup(repo, home):
                 return None
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         if os.path.isdir(d) and not os.path.islink(d):
-            mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=256m,nr_inodes=16384,mode=1777")
+            if mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=256m,nr_inodes=16384,mode=1777") == 0:
+                _scratch.append(d)
     keep = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path)
             if p and os.path.isdir(p) and os.path.realpath(p) != repo}
     keep = sorted(k for k in keep if not any(k.startswith(o + "/") for o in keep))
@@ -285,40 +336,181 @@ def _uid_works(uid):
     return os.waitpid(pid, 0)[1] == 0
 
 
-def _zygote_main(number, home):
-    global _libc, _out, _pyfork, _null
+def _namespaces(repo, home):
+    """Layer 5: network and mount namespaces -> {layer: [active, why]}. As root (CAP_SYS_ADMIN): both directly.
+    Otherwise a user namespace first, mapping only our own uid (so children stay that uid; a root without
+    CAP_SYS_ADMIN skips it: in there its children would own every root-owned file). No root needed."""
+    out = {"mount_namespace": [False, ""], "network_namespace": [False, ""],
+           "pid_namespace": [False, "not needed as root: children run as another uid, which cannot signal us"]}
+    in_user_ns = False
+    if os.geteuid() != 0:
+        if _libc.unshare(0x10000000) == 0:        # CLONE_NEWUSER
+            uid, gid = os.getuid(), os.getgid()
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
+            in_user_ns = True
+            out["pid_namespace"] = _pid_namespace()
+        else:
+            why = f"no user namespace ({os.strerror(ctypes.get_errno())}; kernel.unprivileged_userns_clone?)"
+            out = {k: [False, why] for k in out}
+            return out
+    hidden = _mount_setup(repo, home)
+    via = " in a user namespace" if in_user_ns else ""
+    if hidden is None:
+        out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({os.strerror(ctypes.get_errno())}{via})"
+    else:
+        out["mount_namespace"] = [True, f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"]
+        _hidden.extend(hidden)
+    if _libc.unshare(0x40000000) == 0:            # CLONE_NEWNET
+        out["network_namespace"] = [True, f"no interface up, not even loopback{via}"]
+    else:
+        out["network_namespace"][1] = f"unshare(CLONE_NEWNET) refused ({os.strerror(ctypes.get_errno())}{via})"
+    return out
+
+
+def _pid_namespace():
+    """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child can signal
+    nothing but itself and us, and init ignores signals it has no handler for (SIGINT is set to be ignored).
+    The process the parent started stays outside, waiting for us, holding no pipe. -> [active, why]."""
+    if _libc.unshare(0x20000000) != 0:            # CLONE_NEWPID: our next child is the namespace's init
+        return [False, f"unshare(CLONE_NEWPID) refused ({os.strerror(ctypes.get_errno())})"]
+    pid = os.fork()
+    if pid:
+        os.closerange(0, 1 << 16)                 # the parent sees EOF when the zygote goes, not when we do
+        _exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return [True, "children see and can signal only themselves and their zygote (the namespace's init)"]
+
+
+def _landlock_setup(read_paths, write_paths):
+    """Layer 6 (Linux >= 5.13, no root needed): a Landlock ruleset the zygote enters, and so its children: read
+    and execute beneath `read_paths`, everything beneath `write_paths` (the jobs' folder; with the mount
+    namespace the private tmpfs folders too), nothing else. -> (ruleset fd or None, why)."""
+    try:
+        import landlock
+        from landlock import plumbing
+        abi = landlock.landlock_abi_version()
+        handled = landlock.FSAccess.all()
+        fd = plumbing.get_create_ruleset()(ctypes.byref(plumbing.RulesetAttr(handled)),
+                                           ctypes.sizeof(plumbing.RulesetAttr), 0)
+        read = landlock.FSAccess.READ_FILE | landlock.FSAccess.READ_DIR | landlock.FSAccess.EXECUTE
+        for path, rights in [(p, read) for p in read_paths] + [(p, handled) for p in write_paths]:
+            if not os.path.isdir(path):
+                rights &= landlock.FSAccess.all_file()   # a file takes file rights only
+            path_fd = os.open(path, os.O_PATH)
+            plumbing.get_add_rule()(fd, 1, ctypes.byref(plumbing.PathBeneathAttr(rights, path_fd)), 0)
+            os.close(path_fd)
+        global _landlock_restrict
+        _landlock_restrict = plumbing.get_restrict_self()
+    except ImportError as e:
+        return None, f"the landlock binding is not installed ({e}); pip install -r requirements.txt"
+    except Exception as e:                        # old kernel, Landlock not enabled at boot, ...
+        return None, f"Landlock unavailable: {_describe(e)}"
+    return fd, f"ABI {abi}: read {len(read_paths)} interpreter folders, write the job's folder only"
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def seccomp_programs():
+    """Layer 7's BPF, compiled here in the parent by libseccomp (its Python binding; zygotes do not load it:
+    1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where unavailable). "zygote": the
+    filter a zygote enters before its first job, so its children inherit it (a filter attached per child costs
+    ~0.2 ms: the kernel compiles it each time): EPERM for DENIED_SYSCALLS and a clone with a namespace flag,
+    ENOSYS for clone3 (glibc falls back to clone). "signals": EPERM for SIGNAL_SYSCALLS, entered by each child
+    where children keep the zygote's uid and no PID namespace hides other processes."""
+    if "seccomp" in _pool:
+        return _pool["seccomp"]
+    out = {"zygote": "", "signals": "", "why": ""}
+    try:
+        import pyseccomp
+        for key, names in (("zygote", DENIED_SYSCALLS), ("signals", SIGNAL_SYSCALLS)):
+            rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+            for name in names.split():
+                try:
+                    rules.add_rule(pyseccomp.ERRNO(1), name)
+                except (OSError, ValueError):
+                    pass                          # a syscall this architecture does not have
+            if key == "zygote":
+                for flag in (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+                    rules.add_rule(pyseccomp.ERRNO(1), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+                rules.add_rule(pyseccomp.ERRNO(38), "clone3")
+            fd = os.memfd_create("seccomp")
+            rules.export_bpf(io.FileIO(fd, "w", closefd=False))
+            out[key] = os.pread(fd, 1 << 20, 0).hex()
+            os.close(fd)
+        out["why"] = f"{len(out['zygote']) // 16} BPF instructions from libseccomp"
+    except ImportError as e:
+        out = {"zygote": "", "signals": "", "why": f"the pyseccomp binding is not installed ({e})"}
+    except Exception as e:                        # no libseccomp.so.2, ...
+        out = {"zygote": "", "signals": "", "why": f"seccomp unavailable: {_describe(e)}"}
+    _pool["seccomp"] = out
+    return out
+
+
+def _seccomp_load(program):
+    """Enter a BPF program (hex) as a seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER). No binding does it from
+    bytes; the zygote's one call. Returns the sock_fprog address, kept alive, for a child's later call."""
+    code = bytes.fromhex(program)
+    _bpf.append(_SockFprog(len(code) // 8, code))
+    return ctypes.addressof(_bpf[-1])
+
+
+DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick move_mount "
+                   "open_tree mount_setattr ptrace process_vm_readv process_vm_writev kcmp perf_event_open bpf "
+                   "userfaultfd keyctl add_key request_key io_uring_setup io_uring_enter io_uring_register "
+                   "open_by_handle_at name_to_handle_at kexec_load kexec_file_load init_module finit_module "
+                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm")
+SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
+                   "pidfd_getfd")
+_bpf, _hidden, _scratch = [], [], []   # the zygote's: see _seccomp_setup, _mount_setup
+_landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
+
+
+def _zygote_main(number, home, uid_base, programs):
+    global _libc, _out, _pyfork, _null, _landlock, _signal_filter, _syscall
     os.environ.pop("LD_BIND_NOW", None)          # set by the parent so children never resolve symbols (GOT writes)
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
+    _syscall = _libc.syscall
+    _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
     repo = os.path.dirname(os.path.abspath(__file__))
-    layers = {"uid_drop": False, "network_namespace": False, "mount_namespace": False, "hidden": []}
-    if os.geteuid() == 0:
-        hidden = _mount_setup(repo, home)
-        layers.update(mount_namespace=hidden is not None, hidden=hidden or [])
-        layers["network_namespace"] = _libc.unshare(0x40000000) == 0   # CLONE_NEWNET
-    elif _libc.unshare(0x10000000 | 0x40000000) == 0:                  # CLONE_NEWUSER | CLONE_NEWNET
-        uid, gid = os.getuid(), os.getgid()
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-            with open(f"/proc/self/{name}", "w") as fh:
-                fh.write(text)
-        layers["network_namespace"] = True
-    uid = UID_BASE + number % 5000
-    layers["uid_drop"] = os.geteuid() == 0 and _uid_works(uid)
-    uid = uid if layers["uid_drop"] else 0
+    layers = _namespaces(repo, home)
+    uid = uid_base + number % 100_000
+    if os.geteuid() != 0:
+        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 still binds)"]
+    elif not _uid_works(uid):
+        layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
+    else:
+        layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
+    uid = uid if layers["uid_drop"][0] else 0
     if uid:                                       # still root (euid 0) but with the children's gid and no groups;
         os.setgroups(())
         os.setgid(uid)
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))   # root is exempt (it still forks), the children's uid not
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
         resource.setrlimit(kind, (value, value))
-    base = "/tmp" if layers["mount_namespace"] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
+    base = "/tmp" if layers["mount_namespace"][0] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
     os.chmod(base, 0o1777)                        # like /tmp (which it is, with the mount namespace)
     os.mkdir(jobs := base + "/jobs", 0o711)       # the zygote's: children reach their own cwd in here, make no name
+    os.environ["TMPDIR"] = "."                    # tempfile in a child: its own cwd
     for name in PRELOAD:
         __import__(name)
     if sys.path and sys.path[0] == repo:
         del sys.path[0]                            # user code must not import the repo's modules
-    layers.update(pid=os.getpid(), hash_seed=os.environ.get("PYTHONHASHSEED"), base=base)
+    _landlock, why = _landlock_setup(_readable(repo), [jobs] + _scratch)
+    layers["landlock"] = [_landlock is not None, why]
+    signals = not layers["uid_drop"][0] and not layers["pid_namespace"][0]
+    layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
+    layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes (uid drop "
+                                 "or PID namespace)"]
+    if signals and programs["zygote"]:
+        layers["seccomp_signals"][1] = "a second filter per child denies signalling syscalls"
+        _signal_filter = _seccomp_load(programs["signals"])
+    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED"),
+             "base": base}
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds 1/2 /dev/null
     requests, replies = os.dup(0), os.dup(1)
     _null = os.open(os.devnull, os.O_RDWR)        # kept: a job's stdin file is swapped back for it after the job
@@ -332,24 +524,56 @@ def _zygote_main(number, home):
     _guard()                                      # layer 3, once here: every child inherits disabled functions
     sys.meta_path.insert(0, _GuardHook)
     warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"), "calls": [compile(
-            "f([1, 'a', (2.5,)])", "<w>", "eval")], "golds": [compile("[1, 'a', (2.5,)]", "<w>", "eval")]}
-    for mode in ("repr", "equal") * 9:            # a fixed job of ours quickens the child-side code here, not in
+            "f([1, 'a', (2.5,)])", "<w>", "eval")]}
+    for mode in ("repr", "encode") * 9:           # a fixed job of ours quickens the child-side code here, not in
         _outcome(dict(warm, mode=mode))           # every child (~10 fewer copy-on-write faults per child)
     gc.freeze()                                   # keep the collector off the zygote's pages in children
-    _write_all(replies, (json.dumps(layers) + "\n").encode())
-    count = 0                                     # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)
+    if _landlock is not None:                     # the zygote enters the domain itself: children inherit it, free
+        _landlock_restrict(_landlock, 0)
+        os.close(_landlock)
+    if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
+        raise OSError("seccomp filter refused")              # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
+    _write_all(replies, (json.dumps(hello) + "\n").encode())
+    # every child's line passes through this buffer; an anonymous mapping the children do not inherit, whose
+    # pages are given back (zeroed) after each job: no later child can find an earlier one's result
+    result = mmap.mmap(-1, RESULT_CAP)
+    result.madvise(mmap.MADV_DONTFORK)
+    view = memoryview(result)
+    # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)
     while payload := _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little")):
-        count += 1
-        _write_all(replies, _job(marshal.loads(payload), f"{jobs}/{count}", uid))
+        workdir = f"{jobs}/{os.urandom(8).hex()}"   # unguessable: no child can prepare the next one's
+        header, size, retire = _job(marshal.loads(payload), workdir, uid, view)
+        _write_all(replies, header)
+        _write_all(replies, view[:size])
+        result.madvise(mmap.MADV_DONTNEED, 0, size)
+        if retire:
+            return                                # the parent replaces a zygote whose clean-up failed
 
 
-def _job(job, workdir, uid):
+def _readable(repo):
+    """Folders a child may read (Landlock): the interpreter's (prefixes, stdlib, site-packages, which may live
+    under a home folder) and the shared libraries, never the repo or its folder (checkpoints, logs)."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__), *sys.path]
+    paths += ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache"]
+    out = []
+    for p in paths:
+        if not p or not os.path.exists(p):
+            continue
+        p = os.path.realpath(p)
+        if p not in out and p != repo and p != os.path.dirname(repo):
+            out.append(p)
+    return out
+
+
+def _job(job, workdir, uid, view):
     """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and given to the
-    child's uid; wait for its result line and exit within the deadline, kill it, clean up. Returns
-    b"<pid>\t<json>\n" for the parent. A page the zygote writes costs ~0.8 us (a write-protect fault) when no
-    child shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
+    child's uid; wait for its result line and exit within the deadline, kill it, clean up. Reads the child's line
+    into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where
+    the line is the child's or one of ours, and retire says the clean-up failed. A page the zygote writes costs
+    ~0.8 us (a write-protect fault) when no child shares it, a page a child writes ~3 us (a copy): so the job is
+    unmarshalled and set up here."""
     timeout = float(job.get("timeout", 5.0))
-    _out.buffer.cap = cap = int(job.get("stdout_cap", STDOUT_CAP))
+    _out.buffer.cap = cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
     limits = [(resource.RLIMIT_AS, (int(job.get("memory_mb") or MEMORY_MB) << 20,) * 2),
               (resource.RLIMIT_CPU, (int(timeout) + 2,) * 2), (resource.RLIMIT_FSIZE, (0, 0)),
               *[(resource.RLIMIT_NPROC, (0, 0))] * (not uid)]   # without a uid drop, each child sets NPROC = 0
@@ -364,7 +588,8 @@ def _job(job, workdir, uid):
         _dup2(fd, 0)                              # the zygote's fd 0 goes back to /dev/null below
         _close(fd)
     r, w = _pipe()
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     pid = _pyfork()                               # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
     if pid < 0:                                   # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
         raise OSError("fork failed")              # per child, 3x the bare fork; fine as the zygote has one thread
@@ -372,34 +597,58 @@ def _job(job, workdir, uid):
         _close(r)
         _child(job, w, limits, uid)
     _close(w)
-    buf, error = b"", ""
+    size, error, limit = 0, "", min(cap * 6 + (1 << 20), len(view))   # JSON escapes grow text 6x (\uXXXX)
     while True:                                   # the child writes one line, then exits: read to EOF
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([r], (), (), left)[0]:
             error = "timeout"
             break
-        data = _read(r, 4096 if not buf else 1 << 16)
-        buf += data
-        if not data or len(buf) > cap * 6 + (1 << 20):   # JSON escapes can grow text 6x (\uXXXX)
-            error = "" if not data else "result too large"
+        if size >= limit:
+            error = "result too large"
             break
+        got = _readv(r, [view[size:limit]])
+        size += got
+        if not got:
+            break
+    wall = time.monotonic() - start
     _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
-    _, status = _waitpid(pid, 0)
+    _, status, usage = _wait4(pid, 0)
     _close(r)
     if job.get("stdin"):
         _dup2(_null, 0)
     _chdir("/")
-    try:
-        _rmtree(workdir)
-    except OSError:
-        pass
-    if not error and buf.endswith(b"\n") and buf.count(b"\n") == 1:
-        return b"%d\t" % pid + buf
+    retire = not _clean(workdir)
+    header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, usage.ru_utime + usage.ru_stime, usage.ru_minflt)
+    if not error and size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1:
+        return header, size, retire               # exactly one line, the child's (the parent checks it all)
     if not error:
         code = os.waitstatus_to_exitcode(status)
-        error = ("malformed result" if buf else f"crashed ({signal.Signals(-code).name})" if code < 0 and
-                 -code != signal.SIGKILL else f"exited (code {code}) without a result")
-    return b"%d\t" % pid + (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
+        if size:
+            error = "malformed result"
+        elif code < 0 and -code != signal.SIGKILL:
+            error = f"crashed ({signal.Signals(-code).name})"
+        else:
+            error = f"exited (code {code}) without a result"
+    line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
+    view[:len(line)] = line
+    return header, len(line), retire
+
+
+def _clean(workdir):
+    """Remove the job's cwd and, with the mount namespace, everything a child left in the private tmpfs folders
+    (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. False when that fails (a zygote that
+    cannot clean up is replaced)."""
+    try:
+        _rmtree(workdir)
+        for folder in _scratch:
+            for entry in os.scandir(folder):
+                if entry.path != folder + "/jobs":
+                    _rmtree(entry.path)
+            if len(os.listdir(folder)) > (folder == "/tmp"):
+                return False
+        return True
+    except (OSError, RecursionError):
+        return False
 
 
 def _write_all(fd, data):
@@ -416,18 +665,24 @@ def _take(fd, n):
 
 
 def _rmtree(path):
-    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir)."""
+    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir). Not for
+    unbounded depth: a child's chain of folders deep enough to fail here retires its zygote."""
     try:
         _rmdir(path)
+    except NotADirectoryError:
+        _unlink(path)
     except OSError:
         for entry in os.scandir(path):
-            _rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else _unlink(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                _rmtree(entry.path)
+            else:
+                _unlink(entry.path)
         _rmdir(path)
 
 
 # ----------------------------------------------------------------------------- parent side (the pool)
 
-_pool = {"pid": None, "workers": [], "count": 0, "lock": __import__("_thread").allocate_lock()}
+_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": __import__("_thread").allocate_lock()}
 
 
 def _start(family):
@@ -438,7 +693,9 @@ def _start(family):
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
     proc = subprocess.Popen([sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
-                             str(_pool["count"]), os.environ.get("HOME", ""), *__import__("site").getsitepackages()],
+                             str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
+                             json.dumps(seccomp_programs()),
+                             *__import__("site").getsitepackages()],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                             cwd="/", start_new_session=True)
     return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
@@ -467,7 +724,9 @@ def _stop(worker):
 
 def _ensure():
     if _pool["pid"] != os.getpid():             # first use, or we are a forked copy of the process that had it
-        _pool.update(pid=os.getpid(), workers=[])
+        # children's uids: a random range per pool, so no child of another pool (another trainer) shares one
+        uid_base = (1 << 20) + int.from_bytes(os.urandom(4), "little") % (1 << 30)
+        _pool.update(pid=os.getpid(), workers=[], uid_base=uid_base)
         started = [_start(family) for family in (0, 1) for _ in range(WORKERS_PER_FAMILY)]
         _pool["workers"] = [_hello(w) for w in started]
     for n, w in enumerate(_pool["workers"]):   # died while idle (killed from outside): replace before use
@@ -485,8 +744,7 @@ def _pack(job, cache):
         return cache[text, name, mode]
     body = {k: v for k, v in job.items() if k != "family"}
     body.update(code=code(job.get("code", ""), "<program>", "exec"), imports=code(job.get("imports", ""), "<imports>",
-                "exec"), golds=[code(f"(\n{g}\n)", "<gold>", "eval") for g in job.get("golds", ())],
-                calls=[code(c, "<call>", "eval") for c in job.get("calls", ())])
+                "exec"), calls=[code(c, "<call>", "eval") for c in job.get("calls", ())])
     data = marshal.dumps(body)
     return len(data).to_bytes(8, "little") + data
 
@@ -521,7 +779,8 @@ def _dispatch(jobs, results, queues):
                 try:
                     payload = packed.pop(i, None) or _pack(jobs[i], cache)
                 except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0}
+                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0,
+                                  "cpu_s": 0.0, "wall_s": 0.0}
                     pending -= 1
                     continue
                 if w["jobs"] and len(payload) > 1 << 15:   # must fit in the pipe (64 KiB) beside nothing else,
@@ -545,41 +804,79 @@ def _dispatch(jobs, results, queues):
                 else None                         # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
             if data:
                 w["buf"] += data
-                while b"\n" in w["buf"]:           # one line per job, in order
+                while b"\n" in w["buf"] and w["jobs"]:   # one line per job, in order
                     line, w["buf"] = w["buf"].split(b"\n", 1)
-                    results[w["jobs"].pop(0)] = _decode(line)
+                    i = w["jobs"].pop(0)
+                    results[i], retire = _decode(line, len(jobs[i].get("calls", ())))
                     pending -= 1
+                    if retire:                    # its clean-up failed: it has exited; the jobs behind go elsewhere
+                        _replace(n, w, jobs, queues)
+                        break
                     if w["jobs"]:                 # the zygote starts the next one now
                         w["deadline"] = now + float(jobs[w["jobs"][0]].get("timeout", 5.0)) + GRACE_S
             elif w["jobs"] and (data == b"" or now >= w["deadline"]):   # died (EOF) or hung: replace
                 results[w["jobs"].pop(0)] = {"ok": False, "error": "worker died" if data == b"" else "timeout",
-                                             "stdout": "", "values": None}
+                                             "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
                 pending -= 1
-                for i in reversed(w["jobs"]):
-                    queues[jobs[i].get("family")].append(i)
-                _stop(w)
-                _pool["workers"][n] = _hello(_start(w["family"]))
+                _replace(n, w, jobs, queues)
 
 
-def _decode(line):
-    pid, _, body = line.partition(b"\t")
+def _replace(n, worker, jobs, queues):
+    """Requeue the jobs a zygote was given but will not answer, stop it and start another in its place."""
+    for i in reversed(worker["jobs"]):
+        queues[jobs[i].get("family")].append(i)
+    worker["jobs"] = []
+    _stop(worker)
+    _pool["workers"][n] = _hello(_start(worker["family"]))
+
+
+def _decode(line, calls):
+    """One answer line of a zygote -> (result dict, retire). The header (pid, retire, the child's CPU seconds
+    from the kernel, wall seconds) is the zygote's; the rest is the child's line, which user code can write
+    itself, so it is parsed as hostile: any parse error, wrong key, wrong type or a "values" list that is not
+    one entry per call makes it a failed run ("malformed result"), of this job alone. The entries themselves
+    are the caller's to check (verify.decode)."""
+    head = line.split(b"\t", 4)
+    result = {"ok": False, "error": "malformed result", "stdout": "", "values": None, "pid": 0,
+              "cpu_s": 0.0, "wall_s": 0.0}
     try:
-        r = json.loads(body)
-        return {"ok": r["ok"] is True, "error": str(r["error"]), "stdout": str(r["stdout"]), "values": r["values"],
-                "pid": int(pid)}
-    except (ValueError, KeyError, TypeError):    # only code that reached the result pipe could write this
-        return {"ok": False, "error": "malformed result", "stdout": "", "values": None, "pid": int(pid)}
+        result.update(pid=int(head[0]), cpu_s=float(head[2]), wall_s=float(head[3]))
+        retire = head[1] == b"1"
+        r = json.loads(head[4])
+    except (ValueError, IndexError, RecursionError, MemoryError):
+        return result, False
+    if type(r) is not dict or len(r) != 4 or type(r.get("error")) is not str or type(r.get("stdout")) is not str:
+        return result, retire
+    if r.get("ok") is True and type(r.get("values")) is list and len(r["values"]) == calls:
+        result.update(ok=True, error="", values=r["values"])
+    elif r.get("ok") is False and r.get("values", 0) is None:
+        result["error"] = r["error"][:ERROR_CAP]
+    else:
+        return result, retire
+    result["stdout"] = r["stdout"][:STDOUT_CAP]
+    return result, retire
 
 
 def layers():
-    """What isolation is active, as measured by the running zygotes (starts the pool)."""
+    """What isolation is active, as measured by the running zygotes (starts the pool): {layer: bool} for each
+    layer, "why": {layer: the reason it is on or off}, "hidden_dirs", "workers" [(pid, hash seed)]."""
     with _pool["lock"]:
         _ensure()
         hellos = [w["hello"] for w in _pool["workers"]]
-    return {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True,
-            "no_fork": all(h["uid_drop"] for h in hellos) or os.geteuid() != 0,
-            **{k: all(h[k] for h in hellos) for k in ("uid_drop", "network_namespace", "mount_namespace")},
-            "hidden_dirs": hellos[0]["hidden"], "workers": [(h["pid"], h["hash_seed"]) for h in hellos]}
+    out = {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True}
+    why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
+           "rlimits": "memory, CPU, no file bytes, 64 fds per child", "reliability_guard": "os/shutil/... disabled",
+           "timeout_kill": "the zygote SIGKILLs a child at its deadline"}
+    for name in hellos[0]["layers"]:
+        out[name] = all(h["layers"][name][0] for h in hellos)
+        why[name] = hellos[0]["layers"][name][1]
+    out["no_fork"] = True                         # RLIMIT_NPROC = 0 binds as the children are not root
+    why["no_fork"] = "RLIMIT_NPROC = 0 for a non-root uid" + (", and seccomp denies clone3" if out["seccomp"] else "")
+    out["filesystem_isolation"] = out["mount_namespace"] or out["landlock"]
+    why["filesystem_isolation"] = "mount namespace or Landlock" if out["filesystem_isolation"] else \
+        "neither a mount namespace nor Landlock: children can read and delete whatever this user can"
+    out.update(why=why, hidden_dirs=hellos[0]["hidden"], workers=[(h["pid"], h["hash_seed"]) for h in hellos])
+    return out
 
 
 def shutdown():
@@ -592,5 +889,5 @@ def shutdown():
 atexit.register(shutdown)
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    sys.path += sys.argv[4:]                      # site-packages without running .pth files (-S: ~4 MB less to fork)
-    _zygote_main(int(sys.argv[2]), sys.argv[3])
+    sys.path += sys.argv[6:]                      # site-packages without running .pth files (-S: ~4 MB less to fork)
+    _zygote_main(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]))

@@ -41,6 +41,9 @@ import json
 import re
 import sys
 import tokenize
+from collections import Counter, OrderedDict, defaultdict, deque
+from decimal import Decimal
+from fractions import Fraction
 
 import sandbox
 
@@ -420,13 +423,41 @@ def _validity_jobs(task, p, timeout):
     return program, [dict(job, family=0), dict(job, family=1, roundtrip=False)]   # the 2nd run only compares reprs
 
 
+def _outputs(run):
+    """A validity run's values -> [(repr, encoding)], every entry checked (a child's values are hostile)."""
+    out = []
+    for value in run["values"]:
+        if type(value) is not list or len(value) != 2 or type(value[0]) is not str or len(value[0]) > MAX_REPR:
+            raise ValueError("malformed result")
+        decode(value[1])
+        out.append((value[0], value[1]))
+    return out
+
+
+def _validity(task, a, b):
+    """The verdict on a proposal's two runs (decided here, on what the children sent) -> result keys."""
+    if not a["ok"] or not b["ok"]:
+        return {"reason": "error: " + (a["error"] or b["error"])}
+    first, second = _outputs(a), _outputs(b)
+    if first != second:
+        return {"reason": "non-deterministic: two runs with different hash seeds disagree"}
+    if task == "code_f" and len({text for text, _ in first}) < 2:
+        return {"reason": "fewer than 2 distinct outputs"}
+    if task == "code_f":
+        return {"valid": True, "reason": "valid", "outputs": [text for text, _ in first],
+                "gold": [encoding for _, encoding in first]}
+    return {"valid": True, "reason": "valid", "output": first[0][0], "gold": first[0][1]}
+
+
 def validate(task, proposals, timeout=5.0):
-    """Proposals -> [{"valid", "reason", "output" (code_f: "outputs"), "program"}]; each valid proposal ran twice,
-    in two separately started interpreters, in parallel with the others. Never raises for bad model text."""
+    """Proposals -> [{"valid", "reason", "program", "output" (code_f: "outputs"), "gold"}]; each valid proposal
+    ran twice, in two separately started interpreters, in parallel with the others. "output(s)": the repr
+    string(s) students see; "gold": the canonical encoding(s) of the value(s) grading compares with (code_f:
+    one per input), plain JSON data (lists and strings), None unless valid. Never raises for bad model text."""
     key = "outputs" if _task(task) == "code_f" else "output"
     results, jobs, owners = [], [], []
     for i, p in enumerate(proposals):
-        results.append({"valid": False, "reason": "", key: None,
+        results.append({"valid": False, "reason": "", key: None, "gold": None,
                         "program": p.get("program") if isinstance(p, dict) else None})
         try:
             results[i]["program"], pair = _validity_jobs(task, p, timeout)
@@ -436,64 +467,177 @@ def validate(task, proposals, timeout=5.0):
             results[i]["reason"] = str(e)
     runs = sandbox.run(jobs)
     for i, a, b in zip(owners, runs[0::2], runs[1::2]):
-        r = results[i]
-        if not a["ok"] or not b["ok"]:
-            r["reason"] = "error: " + (a["error"] or b["error"])
-        elif a["values"] != b["values"]:
-            r["reason"] = "non-deterministic: two runs with different hash seeds disagree"
-        elif task == "code_f" and len(set(a["values"])) < 2:
-            r["reason"] = "fewer than 2 distinct outputs"
-        else:
-            r.update(valid=True, reason="valid", **{key: a["values"] if task == "code_f" else a["values"][0]})
+        try:
+            results[i].update(_validity(task, a, b))
+        except ValueError:                        # what a child sent does not parse: this item fails, alone
+            results[i]["reason"] = "error: malformed result"
     return results
 
 
+def add_golds(task, problems, timeout=5.0):
+    """Problems stored before golds were (no "gold" key: an old archive or checkpoint) -> the same list with
+    "gold" filled in by validating each again; None in place of one that is no longer valid or whose output
+    changed. Problems that have a "gold" come back unchanged, unrun."""
+    key = "outputs" if _task(task) == "code_f" else "output"
+    fields = ("program", "inputs", "message") if task == "code_f" else ("program", "input")
+    out, todo = list(problems), []
+    for i, p in enumerate(problems):
+        if not isinstance(p, dict) or "gold" not in p:
+            todo.append(i)
+    proposals = []
+    for i in todo:
+        p = problems[i] if isinstance(problems[i], dict) else {}
+        proposals.append({k: p[k] for k in fields if k in p})
+    for i, r in zip(todo, validate(task, proposals, timeout)):
+        same = isinstance(problems[i], dict) and r[key] == problems[i].get(key)
+        out[i] = dict(problems[i], gold=r["gold"]) if r["valid"] and same else None
+    return out
+
+
 def _grading_job(task, a, timeout):
+    """One attempt -> (sandbox job, the gold encodings its values must equal). The job holds no gold."""
+    _request(a, {"answer": str})
+    if "gold" not in a:
+        raise Invalid("bad request: no gold encoding (a problem from before golds were stored; "
+                      "re-validate it with verify.add_golds)")
     if task == "code_f":
-        _request(a, {"inputs": list, "outputs": list, "answer": str})
+        _request(a, {"inputs": list, "outputs": list, "gold": list})
         n = len(a["inputs"])
-        if n < 2 or len(a["outputs"]) != n:
-            raise Invalid("bad request: inputs and outputs must be two lists of the same length >= 2")
+        if n < 2 or len(a["outputs"]) != n or len(a["gold"]) != n:
+            raise Invalid("bad request: inputs, outputs and gold must be lists of the same length >= 2")
         gold_imports = prepare_program(a["program"])[1] if isinstance(a.get("program"), str) else ""
         program, imports = prepare_program(a["answer"])
-        return {"code": gold_imports + "\n" + program, "imports": gold_imports, "golds": a["outputs"][n // 2:],
-                "calls": [call_text(x) for x in a["inputs"][n // 2:]], "mode": "equal", "timeout": timeout}
-    _request(a, {"program": str, "input": str, "output": str, "answer": str})
+        job = {"code": gold_imports + "\n" + program, "imports": gold_imports,
+               "calls": [call_text(x) for x in a["inputs"][n // 2:]], "mode": "encode", "timeout": timeout}
+        return job, a["gold"][n // 2:]
+    _request(a, {"program": str, "input": str, "output": str, "gold": list})
     program, imports = prepare_program(a["program"])
     if task == "code_o":   # the answer is evaluated with the program's imports in scope, but not f
-        return {"code": imports, "imports": imports, "golds": [a["output"]], "calls": [answer_text(a["answer"])],
-                "mode": "equal", "timeout": timeout}
-    return {"code": program, "imports": imports, "golds": [a["output"]], "calls": [call_text(a["answer"])],
-            "mode": "equal", "timeout": timeout}
+        job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])], "mode": "encode",
+               "timeout": timeout}
+        return job, [a["gold"]]
+    job = {"code": program, "imports": imports, "calls": [call_text(a["answer"])], "mode": "encode",
+           "timeout": timeout}
+    return job, [a["gold"]]
 
 
 def grade(task, attempts, timeout=5.0):
-    """Attempts -> [{"correct", "reason"}], graded in the sandbox in parallel. code_o/code_i attempt
-    {"program","input","output","answer"}; code_f {"program" (optional), "inputs","outputs","message","answer"},
-    hidden pairs = last half. `answer` None (a format error) scores False."""
-    results, jobs, owners, _ = [], [], [], _task(task)
+    """Attempts -> [{"correct", "reason"}], run in the sandbox in parallel and judged here. An attempt is a
+    problem as validate made it ("program", "input"/"inputs", "output(s)", "gold"; other keys ignored) plus
+    "answer": code_o an output, code_i an input, code_f a program (graded on the hidden last half of the pairs).
+    Correct when each gold == the answer's value (Python's ==, as AZR, on values decoded here from the child's
+    encodings: builtin types only, so no always-equal object). `answer` None (a format error) scores False."""
+    results, jobs, owners, golds, _ = [], [], [], [], _task(task)
     for i, a in enumerate(attempts):
         results.append({"correct": False, "reason": ""})
         try:
             if isinstance(a, dict) and a.get("answer", "") is None:
                 raise Invalid("no answer (format error)")
-            jobs.append(_grading_job(task, a, timeout))
+            job, gold = _grading_job(task, a, timeout)
+            jobs.append(job)
+            golds.append(gold)
             owners.append(i)
         except Invalid as e:
             results[i]["reason"] = f"invalid answer: {e}" if not str(e).startswith("bad request") else str(e)
-    for i, run in zip(owners, sandbox.run(jobs)):
-        correct = run["ok"] and all(run["values"]) and bool(run["values"])
-        results[i].update(correct=correct, reason="correct" if correct else
-                          "wrong answer" if run["ok"] else "error: " + run["error"])
+    for i, gold, run in zip(owners, golds, sandbox.run(jobs)):
+        if not run["ok"]:
+            results[i]["reason"] = "error: " + run["error"]
+            continue
+        correct = len(run["values"]) == len(gold) and all(equal(g, v) for g, v in zip(gold, run["values"]))
+        results[i].update(correct=correct, reason="correct" if correct else "wrong answer")
     return results
+
+
+# ----------------------------------------------------------------------------- encodings, decided here
+
+_EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
+_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
+               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter, "defaultdict": defaultdict}
+
+
+def decode(encoding):
+    """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands for, made
+    here of builtin and collections/fractions/decimal types only, so `==` on it runs no model code. Schema,
+    size (sandbox.MAX_UNITS) and depth (sandbox.MAX_DEPTH) are checked; raises ValueError otherwise."""
+    try:
+        return _build(encoding, [sandbox.MAX_UNITS], 0)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
+        raise ValueError(f"malformed encoding ({type(e).__name__})") from None
+
+
+def equal(gold, encoding):
+    """AZR's verdict on one value: gold == value, Python's == on the two decoded values (dict and set order
+    ignored, 1 == 1.0 == True, Counter == dict, list != tuple, nan != nan, -0.0 == 0.0). False for anything
+    malformed."""
+    try:
+        return bool(decode(gold) == decode(encoding))
+    except (ValueError, ArithmeticError, RecursionError, MemoryError, TypeError):
+        return False
+
+
+def _text(item, budget):
+    if type(item) is not str:
+        raise TypeError("not a string")
+    budget[0] -= len(item) >> 4
+    if budget[0] < 0:
+        raise ValueError("too large")
+    return item
+
+
+def _build(enc, budget, depth):
+    budget[0] -= 1
+    if budget[0] < 0 or depth > sandbox.MAX_DEPTH:
+        raise ValueError("too large or too deep")
+    if type(enc) is not list or not enc or type(enc[0]) is not str:
+        raise TypeError("not an encoding")
+    tag, args = enc[0], enc[1:]
+    if tag in _EMPTY and not args:
+        return _EMPTY[tag]
+    texts = [_text(x, budget) for x in args] if tag not in _CONTAINERS else []
+    if tag == "str" and len(texts) == 1:
+        return texts[0]
+    if tag == "int" and len(texts) == 1:
+        return int(texts[0], 16)
+    if tag == "float" and len(texts) == 1:
+        return float.fromhex(texts[0])
+    if tag == "complex" and len(texts) == 2:
+        return complex(float.fromhex(texts[0]), float.fromhex(texts[1]))
+    if tag == "bytes" and len(texts) == 1:
+        return bytes.fromhex(texts[0])
+    if tag == "bytearray" and len(texts) == 1:
+        return bytearray.fromhex(texts[0])
+    if tag == "range" and len(texts) == 3:
+        return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
+    if tag == "Fraction" and len(texts) == 2:
+        return Fraction(int(texts[0], 16), int(texts[1], 16))
+    if tag == "Decimal" and len(texts) == 1:
+        return Decimal(texts[0])
+    if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
+        raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
+    kind, items = _CONTAINERS[tag], []
+    for item in args[0]:
+        if kind not in (dict, OrderedDict, Counter, defaultdict):
+            items.append(_build(item, budget, depth + 1))
+        elif type(item) is list and len(item) == 2:
+            items.append((_build(item[0], budget, depth + 1), _build(item[1], budget, depth + 1)))
+        else:
+            raise TypeError("not a key-value pair")
+    if kind is defaultdict:
+        return defaultdict(None, items)
+    if kind is Counter:
+        return Counter(dict(items))
+    return kind(items)
 
 
 def execute(jobs, timeout=5.0):
     """Generic sandboxed runs (benchmark tests): job {"code", "stdin" = "", "timeout" (optional), "memory_mb"
-    (optional, default 1024)} -> {"ok", "stdout" (capped at 1 MiB), "error"}. No static screen (see docstring)."""
+    (optional, default 1024)} -> {"ok", "stdout" (capped at 1 MiB), "error", "cpu_s" (the run's CPU seconds, as
+    the kernel counted them: a time the program cannot fake)}. The time limit is the sandbox's wall-clock kill,
+    not an alarm inside the program. No static screen (see docstring). stdout is the program's to write: what
+    it says is to be checked by the caller, never trusted (graders.py)."""
     results, runs, owners = [], [], []
     for i, job in enumerate(jobs):
-        results.append({"ok": False, "stdout": "", "error": ""})
+        results.append({"ok": False, "stdout": "", "error": "", "cpu_s": 0.0})
         if not isinstance(job, dict) or not isinstance(job.get("code"), str) or \
                 not isinstance(job.get("stdin", ""), str):
             results[i]["error"] = "bad request: job needs a str 'code' (and optional str 'stdin')"
@@ -502,7 +646,7 @@ def execute(jobs, timeout=5.0):
                      "timeout": float(job.get("timeout") or timeout)})
         owners.append(i)
     for i, run in zip(owners, sandbox.run(runs)):
-        results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"])
+        results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"], cpu_s=run["cpu_s"])
     return results
 
 
@@ -562,7 +706,9 @@ def main(argv=None):
     if not args.task:
         parser.error("--task is required for validate and grade")
     key = "outputs" if args.task == "code_f" else "output"
-    fail = {"valid": False, "reason": "", key: None} if args.command == "validate" else {"correct": False, "reason": ""}
+    fail = {"correct": False, "reason": ""}
+    if args.command == "validate":
+        fail = {"valid": False, "reason": "", key: None, "gold": None}
     lines = []
 
     def flush():

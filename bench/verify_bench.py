@@ -95,8 +95,8 @@ def main():
     tally, odd = seed_tally(rows, results)
 
     ok = [(p, r) for p, r in zip(proposals, results) if r["valid"]]
-    attempts = {"code_o": [dict(p, output=r["output"], answer=r["output"]) for p, r in ok],
-                "code_i": [dict(p, output=r["output"], answer=p["input"]) for p, r in ok]}
+    attempts = {"code_o": [dict(p, output=r["output"], gold=r["gold"], answer=r["output"]) for p, r in ok],
+                "code_i": [dict(p, output=r["output"], gold=r["gold"], answer=p["input"]) for p, r in ok]}
     grade_rates, correct = [], 0
     for _ in range(args.repeats):
         start, correct = time.perf_counter(), 0

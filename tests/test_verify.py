@@ -132,7 +132,7 @@ VALIDITY_CASES = [   # (program, input, valid, reason fragment)
     ("def f(x):\n    return 1 / x", "0", False, "ZeroDivisionError"),
     ("def f(x):\n    return [x] * 3000", "1", False, "at most 2000"),
     ("def f(x):\n    return float('nan')", "1", False, "does not evaluate back (NameError"),
-    ("def f(x):\n    return object()", "1", False, "does not evaluate back (SyntaxError"),
+    ("def f(x):\n    return object()", "1", False, "not a plain value"),
     ("class A:\n    def __repr__(self):\n        return '1'\ndef f(x):\n    return A()", "1", False, "plain value"),
     ("class A:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f(x):\n    return A()", "1", False,
      "RuntimeError"),
@@ -217,10 +217,17 @@ GRADE_CASES += [
 ]
 
 
+def with_golds(task, attempts):
+    """Attempts on problems written by hand -> the same with the "gold" encodings validation gives them."""
+    done = verify.add_golds(task, attempts)
+    assert None not in done
+    return done
+
+
 def test_grade_table():
     for task in verify.TASKS:
         cases = [(a, c) for t, a, c in GRADE_CASES if t == task]
-        res = verify.grade(task, [a for a, _ in cases], timeout=2.0)
+        res = verify.grade(task, with_golds(task, [a for a, _ in cases]), timeout=2.0)
         for (attempt, correct), r in zip(cases, res):
             assert r["correct"] == correct, (task, attempt.get("answer"), r)
             assert r["reason"] == "correct" if correct else r["reason"] != "correct"
@@ -228,7 +235,8 @@ def test_grade_table():
 
 def test_grade_answer_bombs_are_bounded():
     start = time.monotonic()
-    res = verify.grade("code_o", [dict(CODE_O, answer="9**9**9"), dict(CODE_O, answer="[0] * 10**10")], timeout=1.0)
+    bombs = with_golds("code_o", [dict(CODE_O, answer="9**9**9"), dict(CODE_O, answer="[0] * 10**10")])
+    res = verify.grade("code_o", bombs, timeout=1.0)
     assert [r["correct"] for r in res] == [False, False] and "timeout" in res[0]["reason"]
     assert "MemoryError" in res[1]["reason"] and time.monotonic() - start < 6
 
@@ -266,14 +274,16 @@ def test_cli_validate_and_grade():
              json.dumps({"program": "def f(x): return x"}), json.dumps(["a list"]),
              json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})]
     out = run_cli(["validate", "--task", "code_o"], lines)
-    assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"]}
+    assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"], "gold": out[0]["gold"]}
+    assert verify.decode(out[0]["gold"]) == eval(PROBLEMS[1]["output"])
     assert [o["valid"] for o in out] == [True, False, False, False, True] and out[4]["output"] == "2"
     assert all(o["reason"].startswith("bad request") and o["output"] is None for o in out[1:4])
-    out = run_cli(["grade", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, answer="def f(x):\n    return x * 2")),
-                                                  "[", json.dumps(dict(F_ATTEMPT, answer="def f(x): return 0"))])
+    graded = with_golds("code_f", [dict(F_ATTEMPT, answer="def f(x):\n    return x * 2"),
+                                   dict(F_ATTEMPT, answer="def f(x): return 0")])
+    out = run_cli(["grade", "--task", "code_f"], [json.dumps(graded[0]), "[", json.dumps(graded[1])])
     assert [o["correct"] for o in out] == [True, False, False] and set(out[0]) == {"correct", "reason"}
     out = run_cli(["validate", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, inputs=F_ATTEMPT["inputs"]))])
-    assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"]}]
+    assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"], "gold": out[0]["gold"]}]
 
 
 # ----------------------------------------------------------------------------- hostile code
@@ -417,6 +427,7 @@ def test_execute_stdin_big_code_memory_and_timeouts():
             {"code": 5}]
     start = time.monotonic()
     res = verify.execute(jobs)
+    assert all(0.0 <= r.pop("cpu_s") < 5 for r in res)
     assert res[0] == {"ok": True, "stdout": f"{sum(range(100_000))}\n", "error": ""}
     assert res[1]["stdout"] == "a\nb\n" and res[2]["stdout"] == "big\n"
     assert res[3] == {"ok": False, "stdout": "", "error": "AssertionError: nope"}
