@@ -154,6 +154,76 @@ _BOOLS = {True: '["True"]', False: '["False"]'}
 _escape = json.encoder.encode_basestring_ascii
 
 
+def decode(encoding):
+    """A canonical encoding (_encode's output, parsed: ["tag", ...] lists of strings) -> the value it stands for,
+    made of builtin and collections/fractions/decimal types only, so `==` on it runs no model code. Schema, size
+    (MAX_UNITS) and depth (MAX_DEPTH) are checked; raises ValueError for anything else. Used by the parent to
+    judge, and by a child to receive plain arguments (code_i grading) before any user code runs."""
+    try:
+        return _build(encoding, [MAX_UNITS], 0)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
+        raise ValueError(f"malformed encoding ({type(e).__name__})") from None
+
+
+_EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
+_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
+               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter, "defaultdict": defaultdict}
+
+
+def _text(item, budget):
+    if type(item) is not str:
+        raise TypeError("not a string")
+    budget[0] -= len(item) >> 4
+    if budget[0] < 0:
+        raise ValueError("too large")
+    return item
+
+
+def _build(enc, budget, depth):
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise ValueError("too large or too deep")
+    if type(enc) is not list or not enc or type(enc[0]) is not str:
+        raise TypeError("not an encoding")
+    tag, args = enc[0], enc[1:]
+    if tag in _EMPTY and not args:
+        return _EMPTY[tag]
+    texts = [_text(x, budget) for x in args] if tag not in _CONTAINERS else []
+    if tag == "str" and len(texts) == 1:
+        return texts[0]
+    if tag == "int" and len(texts) == 1:
+        return int(texts[0], 16)
+    if tag == "float" and len(texts) == 1:
+        return float.fromhex(texts[0])
+    if tag == "complex" and len(texts) == 2:
+        return complex(float.fromhex(texts[0]), float.fromhex(texts[1]))
+    if tag == "bytes" and len(texts) == 1:
+        return bytes.fromhex(texts[0])
+    if tag == "bytearray" and len(texts) == 1:
+        return bytearray.fromhex(texts[0])
+    if tag == "range" and len(texts) == 3:
+        return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
+    if tag == "Fraction" and len(texts) == 2:
+        return Fraction(int(texts[0], 16), int(texts[1], 16))
+    if tag == "Decimal" and len(texts) == 1:
+        return Decimal(texts[0])
+    if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
+        raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
+    kind, items = _CONTAINERS[tag], []
+    for item in args[0]:
+        if kind not in (dict, OrderedDict, Counter, defaultdict):
+            items.append(_build(item, budget, depth + 1))
+        elif type(item) is list and len(item) == 2:
+            items.append((_build(item[0], budget, depth + 1), _build(item[1], budget, depth + 1)))
+        else:
+            raise TypeError("not a key-value pair")
+    if kind is defaultdict:
+        return defaultdict(None, items)
+    if kind is Counter:
+        return Counter(dict(items))
+    return kind(items)
+
+
 def _describe(e):
     try:
         text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -175,12 +245,14 @@ class _Capped(io.BytesIO):
 
 def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
     """The job proper, on code objects the parent compiled -> the JSON text of each call's value. The job
-    holds no gold: the parent compares. Order: the imports alone (the namespace a repr is evaluated back in),
-    then the program, then the calls. mode "repr" (validity): [repr string, encoding] per call, the repr
+    holds no gold: the parent compares. Order: job["args"] decoded (if any), the imports alone (the namespace a
+    repr is evaluated back in), then the program, then the calls. mode "repr" (validity): [repr string, encoding] per call, the repr
     evaluated back unless job["roundtrip"] is False; "encode" (grading): the encoding; else no calls."""
+    ns = {"__name__": "__main__"}
+    if "args" in job:                             # plain arguments as an encoding, decoded before any user code
+        ns["__args__"] = decode(job["args"])
     imports_ns = {"__name__": "__main__"}
     exec_(job["imports"], imports_ns)
-    ns = {"__name__": "__main__"}
     exec_(job["code"], ns)
     values, mode, cap = [], job.get("mode"), job.get("repr_cap", 2000)
     for call in job["calls"]:
@@ -536,7 +608,7 @@ def _zygote_main(number, home, uid_base, programs):
     _write_all(replies, (json.dumps(hello) + "\n").encode())
     # every child's line passes through this buffer; an anonymous mapping the children do not inherit, whose
     # pages are given back (zeroed) after each job: no later child can find an earlier one's result
-    result = mmap.mmap(-1, RESULT_CAP)
+    result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     result.madvise(mmap.MADV_DONTFORK)
     view = memoryview(result)
     # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)

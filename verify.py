@@ -41,9 +41,6 @@ import json
 import re
 import sys
 import tokenize
-from collections import Counter, OrderedDict, defaultdict, deque
-from decimal import Decimal
-from fractions import Fraction
 
 import sandbox
 
@@ -56,13 +53,19 @@ BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threadin
                       "calendar os sys socket shutil ctypes importlib signal asyncio pathlib io builtins gc inspect "
                       "secrets uuid tempfile glob pickle marshal resource "   # AZR's list, SPEC's additions, then
                       "posix _io _socket _thread _signal _posixsubprocess _ctypes fcntl pty mmap code codeop runpy "
-                      "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify").split())
-# [ours] the C twins of banned modules and modules that run code given as a string or reach sys.modules
-BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open"}   # typing.sys.modules, codecs.open
-BANNED_NAMES = set("open exec eval compile __import__ input globals breakpoint exit quit vars".split())
+                      "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify "
+                      "traceback tarfile zipfile fileinput linecache shelve dbm sqlite3 site sysconfig pwd grp "
+                      "select selectors socketserver http urllib ftplib smtplib poplib imaplib xmlrpc webbrowser "
+                      "mailbox tty termios py_compile compileall zipapp venv ensurepip").split())
+# [ours] the C twins of banned modules, modules that run code given as a string or reach sys.modules, and (last
+# line) file readers and frame walkers of the stdlib
+BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open",   # typing.sys.modules, codecs.open
+                                 "attrgetter", "methodcaller", "Formatter", "get_field", "bltn_open", "walk_stack",
+                                 "walk_tb", "capture_locals", "f_builtins", "getline", "getlines", "FileIO"}
+BANNED_NAMES = set("open exec eval compile __import__ input globals locals breakpoint exit quit vars".split())
 ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
-               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back tb_frame gi_frame cr_frame ag_frame "
-               "__dict__ __class__ __setattr__ __delattr__").split())
+               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back f_builtins tb_frame gi_frame "
+               "cr_frame ag_frame __dict__ __class__ __setattr__ __delattr__ __self__").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 # [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever the program
@@ -279,12 +282,16 @@ def _nodes(tree):
 
 def _screen(tree):
     """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching; returns the nodes."""
-    nodes, imported, bound = _nodes(tree), set(), set()
+    nodes, imported, bound, modules, direct = _nodes(tree), set(), set(), set(), set()
     for node in nodes:                            # exact types (ast.parse output), most frequent first
         kind = type(node)
         if kind is ast.Name:
             if type(node.ctx) is not ast.Load:
                 bound.add(node.id)
+        elif kind is ast.Attribute:
+            direct.add(id(node.value))            # a module's name as `module.x` (not an alias of it)
+        elif kind is ast.Call:
+            direct.add(id(node.func))             # getattr & co. as `getattr(...)` (not an alias of it)
         elif kind is ast.arg:
             bound.add(node.arg)
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
@@ -292,20 +299,33 @@ def _screen(tree):
         elif kind in (ast.Import, ast.ImportFrom):
             if kind is ast.ImportFrom and (node.level or not node.module):
                 raise Invalid("relative import")
-            modules = [node.module] if kind is ast.ImportFrom else []
+            words = [node.module] if kind is ast.ImportFrom else []
             for alias in node.names:
-                modules.append(alias.name)
+                words.append(alias.name)
                 imported.add(alias.asname or alias.name.split(".")[0])
-            for word in {part for m in modules for part in m.split(".")} & BANNED_IMPORTS:
+                if kind is ast.Import:
+                    modules.add(alias.asname or alias.name.split(".")[0])
+                name = alias.name
+                if kind is ast.ImportFrom and (name in BANNED_ATTRS or name in ESCAPES or name in ATTR_CALLS):
+                    raise Invalid(f"banned import: {name}")
+            for word in {part for m in words for part in m.split(".")} & BANNED_IMPORTS:
                 raise Invalid(f"banned import: {word}")
     for node in nodes:
         kind = type(node)
         if kind is ast.Name:
             if node.id in ESCAPES or node.id in BANNED_NAMES and node.id not in bound:
                 raise Invalid(f"banned name: {node.id}")
+            if node.id in ATTR_CALLS and node.id not in bound and id(node) not in direct:
+                raise Invalid(f"{node.id} only as a direct call")
+            if node.id in modules and id(node) not in direct:
+                raise Invalid(f"the module {node.id} used as a value")
         elif kind is ast.Attribute:
             if node.attr in ESCAPES or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
+        elif kind is ast.MatchClass:              # `case str(__class__=c)` reads an attribute too
+            for name in node.kwd_attrs:
+                if name in ESCAPES or name in BANNED_ATTRS:
+                    raise Invalid(f"banned attribute: {name}")
         elif kind is ast.Constant:
             if isinstance(node.value, str) and _ESCAPE_RE.search(node.value):
                 raise Invalid(f"banned name in a string: {_ESCAPE_RE.search(node.value).group()}")
@@ -516,9 +536,34 @@ def _grading_job(task, a, timeout):
         job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])], "mode": "encode",
                "timeout": timeout}
         return job, [a["gold"]]
-    job = {"code": program, "imports": imports, "calls": [call_text(a["answer"])], "mode": "encode",
-           "timeout": timeout}
+    # code_i: first the answer's arguments alone, as plain values (the student's code never runs beside f: it
+    # could otherwise claim f's value, which the prompt shows); _call_f then runs f on them
+    pack = "def __pack__(*args, **kwargs):\n    return args, kwargs\n"
+    job = {"code": imports + "\n" + pack, "imports": imports, "calls": ["__pack__" + call_text(a["answer"])[1:]],
+           "mode": "encode", "timeout": timeout, "program": program}
     return job, [a["gold"]]
+
+
+def _call_f(jobs, runs, timeout):
+    """code_i, second step: f on the arguments each first run sent back (decoded, checked to be plain values,
+    and handed to a fresh child as an encoding, decoded there before any code runs) -> the final runs."""
+    calls, owners = [], []
+    for n, (job, run) in enumerate(zip(jobs, runs)):
+        if not run["ok"]:
+            continue
+        try:
+            args, kwargs = decode(run["values"][0])
+            if type(args) is not tuple or type(kwargs) is not dict:
+                raise ValueError("not an argument list")
+        except (ValueError, TypeError):
+            runs[n] = dict(run, ok=False, error="the answer's arguments are not plain values")
+            continue
+        calls.append({"code": job["program"], "imports": job["imports"], "args": run["values"][0],
+                      "calls": ["f(*__args__[0], **__args__[1])"], "mode": "encode", "timeout": timeout})
+        owners.append(n)
+    for n, run in zip(owners, sandbox.run(calls)):
+        runs[n] = run
+    return runs
 
 
 def grade(task, attempts, timeout=5.0):
@@ -539,7 +584,10 @@ def grade(task, attempts, timeout=5.0):
             owners.append(i)
         except Invalid as e:
             results[i]["reason"] = f"invalid answer: {e}" if not str(e).startswith("bad request") else str(e)
-    for i, gold, run in zip(owners, golds, sandbox.run(jobs)):
+    runs = sandbox.run(jobs)
+    if task == "code_i":
+        runs = _call_f(jobs, runs, timeout)
+    for i, gold, run in zip(owners, golds, runs):
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue
@@ -550,19 +598,11 @@ def grade(task, attempts, timeout=5.0):
 
 # ----------------------------------------------------------------------------- encodings, decided here
 
-_EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
-_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
-               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter, "defaultdict": defaultdict}
-
-
 def decode(encoding):
     """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands for, made
     here of builtin and collections/fractions/decimal types only, so `==` on it runs no model code. Schema,
-    size (sandbox.MAX_UNITS) and depth (sandbox.MAX_DEPTH) are checked; raises ValueError otherwise."""
-    try:
-        return _build(encoding, [sandbox.MAX_UNITS], 0)
-    except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
-        raise ValueError(f"malformed encoding ({type(e).__name__})") from None
+    size and depth are checked; raises ValueError otherwise (sandbox.decode)."""
+    return sandbox.decode(encoding)
 
 
 def equal(gold, encoding):
@@ -575,58 +615,7 @@ def equal(gold, encoding):
         return False
 
 
-def _text(item, budget):
-    if type(item) is not str:
-        raise TypeError("not a string")
-    budget[0] -= len(item) >> 4
-    if budget[0] < 0:
-        raise ValueError("too large")
-    return item
-
-
-def _build(enc, budget, depth):
-    budget[0] -= 1
-    if budget[0] < 0 or depth > sandbox.MAX_DEPTH:
-        raise ValueError("too large or too deep")
-    if type(enc) is not list or not enc or type(enc[0]) is not str:
-        raise TypeError("not an encoding")
-    tag, args = enc[0], enc[1:]
-    if tag in _EMPTY and not args:
-        return _EMPTY[tag]
-    texts = [_text(x, budget) for x in args] if tag not in _CONTAINERS else []
-    if tag == "str" and len(texts) == 1:
-        return texts[0]
-    if tag == "int" and len(texts) == 1:
-        return int(texts[0], 16)
-    if tag == "float" and len(texts) == 1:
-        return float.fromhex(texts[0])
-    if tag == "complex" and len(texts) == 2:
-        return complex(float.fromhex(texts[0]), float.fromhex(texts[1]))
-    if tag == "bytes" and len(texts) == 1:
-        return bytes.fromhex(texts[0])
-    if tag == "bytearray" and len(texts) == 1:
-        return bytearray.fromhex(texts[0])
-    if tag == "range" and len(texts) == 3:
-        return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
-    if tag == "Fraction" and len(texts) == 2:
-        return Fraction(int(texts[0], 16), int(texts[1], 16))
-    if tag == "Decimal" and len(texts) == 1:
-        return Decimal(texts[0])
-    if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
-        raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
-    kind, items = _CONTAINERS[tag], []
-    for item in args[0]:
-        if kind not in (dict, OrderedDict, Counter, defaultdict):
-            items.append(_build(item, budget, depth + 1))
-        elif type(item) is list and len(item) == 2:
-            items.append((_build(item[0], budget, depth + 1), _build(item[1], budget, depth + 1)))
-        else:
-            raise TypeError("not a key-value pair")
-    if kind is defaultdict:
-        return defaultdict(None, items)
-    if kind is Counter:
-        return Counter(dict(items))
-    return kind(items)
+# ----------------------------------------------------------------------------- benchmark code
 
 
 def execute(jobs, timeout=5.0):
