@@ -48,7 +48,7 @@ from decimal import Decimal
 from fractions import Fraction
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
-from os import (_exit, chdir as _chdir, chown as _chown, close as _close, closerange as _closerange, dup2 as _dup2,
+from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
                 kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, readv as _readv,
                 rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4, write as _write)
 
@@ -455,13 +455,16 @@ def _pid_namespace():
     return [True, "children see and can signal only themselves and their zygote (the namespace's init)"]
 
 
-def _landlock_setup(read_paths, write_paths):
+def _landlock_setup(landlock, read_paths, write_paths):
     """Layer 6 (Linux >= 5.13, no root needed): a Landlock ruleset the zygote enters, and so its children: read
     and execute beneath `read_paths`, everything beneath `write_paths` (the jobs' folder; with the mount
-    namespace the private tmpfs folders too), nothing else. -> (ruleset fd or None, why)."""
+    namespace the private tmpfs folders too), nothing else. `landlock`: the binding, or the ImportError of
+    importing it (done before the mount namespace hides the folders it may be in). -> (ruleset fd or None, why)."""
     try:
-        import landlock
-        from landlock import plumbing
+        if isinstance(landlock, ImportError):
+            raise landlock
+        plumbing = landlock.plumbing
+        ctypes.set_errno(0)                       # the binding reads errno even after a call that succeeded
         abi = landlock.landlock_abi_version()
         handled = landlock.FSAccess.all()
         fd = plumbing.get_create_ruleset()(ctypes.byref(plumbing.RulesetAttr(handled)),
@@ -471,6 +474,7 @@ def _landlock_setup(read_paths, write_paths):
             if not os.path.isdir(path):
                 rights &= landlock.FSAccess.all_file()   # a file takes file rights only
             path_fd = os.open(path, os.O_PATH)
+            ctypes.set_errno(0)
             plumbing.get_add_rule()(fd, 1, ctypes.byref(plumbing.PathBeneathAttr(rights, path_fd)), 0)
             os.close(path_fd)
         global _landlock_restrict
@@ -534,9 +538,11 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "open_tree mount_setattr ptrace process_vm_readv process_vm_writev kcmp perf_event_open bpf "
                    "userfaultfd keyctl add_key request_key io_uring_setup io_uring_enter io_uring_register "
                    "open_by_handle_at name_to_handle_at kexec_load kexec_file_load init_module finit_module "
-                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm")
+                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm "
+                   "chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat futimesat "
+                   "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")   # Landlock leaves these
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
-                   "pidfd_getfd")
+                   "pidfd_getfd fork vfork clone")   # fork too: a child that stays root is exempt from NPROC
 _bpf, _hidden, _scratch = [], [], []   # the zygote's: see _seccomp_setup, _mount_setup
 _landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
 
@@ -549,6 +555,11 @@ def _zygote_main(number, home, uid_base, programs):
     _syscall = _libc.syscall
     _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
     repo = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import landlock
+        import landlock.plumbing
+    except ImportError as e:
+        landlock = e
     layers = _namespaces(repo, home)
     uid = uid_base + number % 100_000
     if os.geteuid() != 0:
@@ -568,19 +579,24 @@ def _zygote_main(number, home, uid_base, programs):
     os.chmod(base, 0o1777)                        # like /tmp (which it is, with the mount namespace)
     os.mkdir(jobs := base + "/jobs", 0o711)       # the zygote's: children reach their own cwd in here, make no name
     os.environ["TMPDIR"] = "."                    # tempfile in a child: its own cwd
+    os.umask(0)
     for name in PRELOAD:
         __import__(name)
     if sys.path and sys.path[0] == repo:
         del sys.path[0]                            # user code must not import the repo's modules
-    _landlock, why = _landlock_setup(_readable(repo), [jobs] + _scratch)
+    _landlock, why = _landlock_setup(landlock, _readable(repo), [jobs] + _scratch)
     layers["landlock"] = [_landlock is not None, why]
-    signals = not layers["uid_drop"][0] and not layers["pid_namespace"][0]
+    signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
     layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
     layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes (uid drop "
                                  "or PID namespace)"]
     if signals and programs["zygote"]:
-        layers["seccomp_signals"][1] = "a second filter per child denies signalling syscalls"
+        layers["seccomp_signals"][1] = "a second filter per child denies signals and fork (~0.2 ms a run)"
         _signal_filter = _seccomp_load(programs["signals"])
+    layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
+    if uid == 0 and os.geteuid() == 0:
+        layers["no_fork"] = [_signal_filter is not None, "children stay root (NPROC does not bind them): "
+                             + ("seccomp denies fork" if _signal_filter is not None else "they can fork")]
     hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED"),
              "base": base}
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds 1/2 /dev/null
@@ -601,6 +617,7 @@ def _zygote_main(number, home, uid_base, programs):
         _outcome(dict(warm, mode=mode))           # every child (~10 fewer copy-on-write faults per child)
     gc.freeze()                                   # keep the collector off the zygote's pages in children
     if _landlock is not None:                     # the zygote enters the domain itself: children inherit it, free
+        ctypes.set_errno(0)
         _landlock_restrict(_landlock, 0)
         os.close(_landlock)
     if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
@@ -649,9 +666,9 @@ def _job(job, workdir, uid, view):
     limits = [(resource.RLIMIT_AS, (int(job.get("memory_mb") or MEMORY_MB) << 20,) * 2),
               (resource.RLIMIT_CPU, (int(timeout) + 2,) * 2), (resource.RLIMIT_FSIZE, (0, 0)),
               *[(resource.RLIMIT_NPROC, (0, 0))] * (not uid)]   # without a uid drop, each child sets NPROC = 0
-    _mkdir(workdir, 0o700)
-    if uid:
-        _chown(workdir, uid, uid)
+    # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still reachable by
+    # its own child only: the jobs folder is ours, 0711, and the name random
+    _mkdir(workdir, 0o777 if uid else 0o700)
     _chdir(workdir)
     if job.get("stdin"):
         with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
@@ -942,8 +959,6 @@ def layers():
     for name in hellos[0]["layers"]:
         out[name] = all(h["layers"][name][0] for h in hellos)
         why[name] = hellos[0]["layers"][name][1]
-    out["no_fork"] = True                         # RLIMIT_NPROC = 0 binds as the children are not root
-    why["no_fork"] = "RLIMIT_NPROC = 0 for a non-root uid" + (", and seccomp denies clone3" if out["seccomp"] else "")
     out["filesystem_isolation"] = out["mount_namespace"] or out["landlock"]
     why["filesystem_isolation"] = "mount namespace or Landlock" if out["filesystem_isolation"] else \
         "neither a mount namespace nor Landlock: children can read and delete whatever this user can"

@@ -639,6 +639,33 @@ def execute(jobs, timeout=5.0):
     return results
 
 
+UNSAFE_FLAG = "unsafe_sandbox_without_filesystem_isolation"   # the config key / flag that accepts the risk
+
+
+def require_isolation(accept_risk=False):
+    """Start-up check for train.py and evaluate.py -> sandbox.layers(). Raises SystemExit, saying why and what to
+    do, when the sandbox's children have no filesystem isolation (neither a mount namespace nor Landlock: an
+    old kernel, Landlock off, no user namespaces, the landlock binding missing): model-written code could then
+    read this user's files (keys, tokens) into the archive, prompts and logs, and delete them (checkpoints).
+    With accept_risk (--unsafe_sandbox_without_filesystem_isolation) it warns on stderr and goes on."""
+    lay = sandbox.layers()
+    if lay["filesystem_isolation"]:
+        return lay
+    why = lay["why"]
+    message = ("the sandbox has no filesystem isolation here: model-written programs could read and delete "
+               "whatever this user can (keys, tokens, checkpoints).\n"
+               f"  mount namespace: {why['mount_namespace']}\n  Landlock: {why['landlock']}\n"
+               "To fix: run on Linux >= 5.13 with Landlock enabled (`landlock` in /sys/kernel/security/lsm), "
+               "with the pinned bindings installed (pip install -r requirements.txt); or allow unprivileged user "
+               "namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); or run "
+               "as root. `python verify.py layers` shows every layer and why it is on or off.\n"
+               f"To run anyway, accepting the risk: --{UNSAFE_FLAG}")
+    if not accept_risk:
+        raise SystemExit("error: " + message)
+    print("WARNING: " + message, file=sys.stderr)
+    return lay
+
+
 def shutdown():
     """Stop the worker pool (also registered with atexit in sandbox.py)."""
     sandbox.shutdown()
@@ -688,9 +715,16 @@ def main(argv=None):
     parser.add_argument("--task", choices=TASKS)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per sandboxed run")
     parser.add_argument("--chunk", type=int, default=512, help="lines validated/graded per batch")
+    parser.add_argument("--json", action="store_true", help="layers: one JSON line instead of a table")
     args = parser.parse_args(argv)
     if args.command == "layers":
-        print(json.dumps(sandbox.layers()))
+        lay = sandbox.layers()
+        if args.json:
+            print(json.dumps(lay))
+            return
+        for name, why in lay["why"].items():
+            print(f"{'on ' if lay[name] else 'OFF'}  {name:22} {why}")
+        print(f"hidden from children: {', '.join(lay['hidden_dirs']) or 'nothing'}; {len(lay['workers'])} zygotes")
         return
     if not args.task:
         parser.error("--task is required for validate and grade")

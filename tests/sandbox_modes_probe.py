@@ -1,0 +1,73 @@
+"""Run by tests/test_sandbox_modes.py as the user of one mode (root; root without CAP_SYS_ADMIN; an unprivileged
+user), from a world-readable copy of sandbox.py and verify.py: every route we know to read, delete or write
+files, tried by proposals, answers and benchmark code, with the static screen switched off.
+
+  python sandbox_modes_probe.py SECRET [SECRET ...] --public DIR   -> one JSON line
+"""
+import json
+import os
+import sys
+
+import sandbox
+import verify
+
+SECRET_TEXT = "populora-secret-" + "token"   # what the secret files hold (not in any program's text)
+
+
+def routes(path, public):
+    """Expressions that try to read (value: the text), delete or change the file at `path`, or write into
+    `public` (a world-writable folder the children can see)."""
+    read = [f"open({path!r}).read()",
+            f"__import__('codecs').open({path!r}).read()",
+            f"__import__('tarfile').bltn_open({path!r}).read()",
+            f"''.join(__import__('fileinput').input({path!r}))",
+            f"__import__('linecache').getline({path!r}, 1)",
+            f"__import__('io').FileIO({path!r}).read().decode()",
+            f"__import__('posix').read(__import__('posix').open({path!r}, 0), 100).decode()",
+            f"open('/proc/self/root' + {path!r}).read()",
+            f"(__import__('posix').symlink({path!r}, 'link'), open('link').read())[1]",
+            f"(__import__('posix').symlink({path!r}, '/tmp/link'), open('/tmp/link').read())[1]"]
+    change = [f"__import__('posix').unlink({path!r})",
+              f"__import__('posix').rename({path!r}, 'moved')",
+              f"__import__('posix').truncate({path!r}, 0)",
+              f"__import__('posix').chmod({path!r}, 0o666)",
+              f"__import__('posix').utime({path!r}, (0, 0))"]
+    write = [f"open({public + '/file'!r}, 'w').close()",
+             f"__import__('posix').mkdir({public + '/folder'!r})",
+             f"__import__('posix').symlink('/etc/passwd', {public + '/link'!r})"]
+    return read + change + write
+
+
+def main():
+    args = sys.argv[1:]
+    public = args[args.index("--public") + 1]
+    secrets = args[:args.index("--public")]
+    lay = sandbox.layers()
+    verify._screen = verify._nodes                # the screen off: only the runtime layers stand
+    expressions = [e for path in secrets for e in routes(path, public)]
+    proposals = [{"program": f"def f(x):\n    return {e}", "input": "1"} for e in expressions]
+    answers = [{"program": "def f(x):\n    return x", "input": "1", "output": "1", "gold": ["int", "1"],
+                "answer": e} for e in expressions]
+    jobs = [{"code": f"print({e})"} for e in expressions]
+    results = verify.validate("code_o", proposals) + verify.grade("code_o", answers) + verify.execute(jobs)
+    text = json.dumps(results)
+    intact = []
+    for path in secrets:
+        try:
+            with open(path) as fh:
+                intact.append(fh.read() == SECRET_TEXT and os.stat(path).st_mode & 0o777 == 0o600)
+        except OSError:
+            intact.append(False)
+    checks = verify.execute([{"code": "print(open('/etc/hostname').read())"},
+                             {"code": "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
+                                      "s.connect(('127.0.0.1', 1))"},
+                             {"code": "import os\nprint(os.getuid())"}])
+    print(json.dumps({"euid": os.geteuid(), "layers": {k: v for k, v in lay.items() if isinstance(v, bool)},
+                      "why": lay["why"], "leaked": SECRET_TEXT in text, "intact": intact,
+                      "public": sorted(os.listdir(public)), "runs": len(results),
+                      "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],
+                      "child_uid": checks[2]["stdout"].strip()}))
+
+
+if __name__ == "__main__":
+    main()
