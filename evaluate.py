@@ -17,7 +17,7 @@ task type, from a generator seed the warm start never used, no program it ever s
 students' own prompt (verify.student_prompt); answers parsed and graded by verify.py in the sandbox
 against golds computed there at load time; data_dir/tiny.jsonl when present, else generated once
 into --model_cache.
-All members, the base and the baseline's adapter share one engine and one batched population.generate call per
+All members, the base and the baseline's adapter share one engine and one batched engines.generate call per
 benchmark: the base is an extra LoRA slot left at its zero init (B = 0 is exactly the base), the baseline's
 adapter is loaded into another slot (same base model and LoRA shape required).
 Deviations: (1) the math prompt ends in "Assistant: <think>" like the training prompts; the azr_boxed hint
@@ -26,7 +26,7 @@ trailing-\\text rule then breaks: "\\boxed{\\text{Evelyn}}" loses its closing br
 same strip_string (without units) as predictions: AZR normalises only the prediction, so its spaces vanish on
 one side ("\\omega i" -> "\\omegai") and 11 golds cannot match themselves; (4) EvalPlus's tree-sitter sanitiser
 is replaced by an ast pass keeping imports, defs, classes and assignments; (5) EvalPlus's stop string is applied
-after generation (population.generate has no stop strings).
+after generation (engines.generate has no stop strings).
 Not covered: pass@k > 1, LiveCodeBench date windows, EvalPlus's base-model (no chat template) prompt.
 """
 import argparse
@@ -454,14 +454,17 @@ def load_rows(cfg):
         raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base model than --ckpt")
     import importlib.util
     import torch
+    import engines
     import population
+    import tinyworld
     cuda = torch.cuda.is_available()
     engine = cfg["engine"] if cfg["engine"] != "auto" else "vllm" if cuda and importlib.util.find_spec("vllm") else "hf"
     # with vLLM our copy of the model only writes adapter files: keep it off the GPU, where vLLM holds its own
     device = cfg["device"] or ("cuda" if cuda and engine == "hf" else "cpu")
     dtype = cfg["dtype"] or ("bfloat16" if cuda else "float32")
     model_name = cfg["model"] or run["model"]
-    base, tokenizer, path = population.load_base(model_name, dtype, device, cfg["model_cache"])
+    path = tinyworld.model_folder(model_name, cfg["model_cache"])
+    base, tokenizer = population.load_base(path, dtype, device)
     model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(baseline)))
     own, extra = members[:len(roles)], members[len(roles):]
     try:
@@ -474,7 +477,7 @@ def load_rows(cfg):
     rows.update({"baseline": extra[0]["name"]} if cfg["baseline_ckpt"] else {}, base=extra[-1]["name"])
     engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"], seed=cfg["seed"], dtype=dtype,
                       gpu_memory_utilization=cfg["gpu_memory_utilization"])
-    engine = population.make_engine(engine, path, model, tokenizer, own + extra, engine_cfg)
+    engine = engines.make_engine(engine, path, model, tokenizer, own + extra, engine_cfg)
     return engine, rows, {m["name"]: m["role"] for m in own}, state
 
 
@@ -531,7 +534,7 @@ def _save(path, text):
 
 def evaluate(cfg):
     """Load, generate (one batched call per benchmark for every row), grade, write eval.json and eval.md."""
-    import population
+    import engines
     names = benchmark_names(cfg["benchmarks"])
     data, skipped = {}, {}
     for name in names:   # data problems first: no model is loaded for a run that cannot finish
@@ -549,7 +552,7 @@ def evaluate(cfg):
     for name in tqdm(list(data), desc="benchmarks"):
         items = data[name]
         prompts = [make_prompt(name, it, cfg) for it in items]
-        outs = population.generate(engine, [(p, slot) for slot in rows.values() for p in prompts], temperature=0.0,
+        outs = engines.generate(engine, [(p, slot) for slot in rows.values() for p in prompts], temperature=0.0,
                                    top_p=1.0, max_new_tokens=budget.get(name, cfg["evalplus_tokens"]), seed=cfg["seed"])
         texts = [o["text"] for o in outs]
         answers = []

@@ -28,8 +28,9 @@ import time
 
 import torch
 
+import ratings
+
 A_KEY, B_KEY = ".lora_A.weight", ".lora_B.weight"
-SIGMA0 = 25 / 3          # TrueSkill σ0 given to every child (SPEC §6)
 SAFE_BAND = (0.25, 4.0)  # child ‖ΔW‖ must lie in [lo·min, hi·max] of its parents' ‖ΔW‖ (reference §6.1)
 REFILL_NORM = 3 ** -0.5  # PEFT's kaiming_uniform(a=√5) init gives A rows of norm ≈ 1/√3
 
@@ -582,18 +583,21 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     enabled list (both lists empty: copy_parent). Parents are read from `adapters` (name -> adapter) as they
     were before this step; nothing in `members` or `adapters` is modified.
 
-    cfg: evolve_frac (0.25), crossover_prob (0.5), mutations / crossovers (comma-separated names), optional
-    evolve_hp {operator: {hp: value}}. Returns one record per child: {"name" (slot replaced), "id",
+    cfg: evolve_frac (0.25), crossover_prob (0.5), mutations / crossovers (comma-separated names); every
+    operator runs with its defaults (reference §6). Ranking and the child's rating go through ratings.py.
+    Returns one record per child: {"name" (slot replaced), "id",
     "parents" [ids], "parent_names", "operator", "kind", "step", "adapter", "copy_optimizer_from" (name or
     None), "optimizer_donors" ({stem: parent name} for swaps, else None: the caller copies the per-module
-    optimizer state from these), "mu" (parent μ, mean for two), "sigma" (σ0), "fallback", "info"}."""
+    optimizer state from these), "mu", "sigma" (ratings.child: the parents' mean μ, a fresh σ), "fallback",
+    "info"}."""
     frac, p_cross = float(cfg.get("evolve_frac", 0.25)), float(cfg.get("crossover_prob", 0.5))
     if not 0 < frac <= 1 or not 0 <= p_cross <= 1:
         raise ValueError(f"need 0 < evolve_frac <= 1 and 0 <= crossover_prob <= 1, got {frac}, {p_cross}")
     mutations = _names(cfg.get("mutations", ",".join(MUTATIONS)), MUTATIONS, "mutations")
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
-    hps = cfg.get("evolve_hp") or {}
-    score = {m["name"]: m["mu"] - 3 * m["sigma"] for m in members}
+    score = {m["name"]: ratings.conservative_score(m) for m in members}
+    # a new member's rating uncertainty: weighted_multi's fitness unit
+    unit = ratings.initial()["sigma"]
     draw = lambda n: int(_randint(0, n, (1,), generator, torch.empty(0)))  # noqa: E731
     children = []
     for role in dict.fromkeys(m["role"] for m in members):
@@ -611,9 +615,10 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
             else:
                 parents, kind = [top[draw(len(top))]], "mutation"
                 op = mutations[draw(len(mutations))] if mutations else "copy_parent"
-            hp = dict(hps.get(op, {}))
-            if op == "weighted_multi" and "weights" not in hp:  # [ours] fitness in σ0 units: T = 1 then tilts
-                hp.setdefault("fitness", [score[p["name"]] / SIGMA0 for p in parents])  # mildly, not a copy
+            hp = {}
+            if op == "weighted_multi":
+                # [ours] fitness in units of a new member's sigma: T = 1 then tilts mildly, not a copy
+                hp["fitness"] = [score[p["name"]] / unit for p in parents]
             child, info = apply_operator(op, kind, [adapters[p["name"]] for p in parents], generator, **hp)
             names = [p["name"] for p in parents]
             donors = {s: names[d] for s, d in info["donors"].items()} if "donors" in info else None
@@ -621,7 +626,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                 "name": loser["name"], "id": next_id, "parents": [p["id"] for p in parents], "parent_names": names,
                 "operator": op, "kind": kind, "step": step, "adapter": child,
                 "copy_optimizer_from": names[0] if (op == "copy_parent" or op in SWAPS or info["fallback"]) else None,
-                "optimizer_donors": donors, "mu": sum(p["mu"] for p in parents) / len(parents),
-                "sigma": float(cfg.get("sigma0", SIGMA0)), "fallback": info["fallback"], "info": info})
+                "optimizer_donors": donors, **ratings.child(parents), "fallback": info["fallback"],
+                "info": info})
             next_id += 1
     return children

@@ -40,7 +40,7 @@ CHUNK_COPIES = 3
 def model_config(model, cache_dir="out/.tiny"):
     """The transformers config of `model`: a local folder, the hub cache, or configs/'s copy."""
     from transformers import AutoConfig
-    import population
+    import tinyworld
     if model in SHIPPED:
         try:
             return AutoConfig.from_pretrained(model, local_files_only=True)
@@ -48,7 +48,7 @@ def model_config(model, cache_dir="out/.tiny"):
             with open(os.path.join(CONFIGS, SHIPPED[model])) as f:
                 values = json.load(f)
             return AutoConfig.for_model(values.pop("model_type"), **values)
-    return AutoConfig.from_pretrained(population.model_folder(model, cache_dir))
+    return AutoConfig.from_pretrained(tinyworld.model_folder(model, cache_dir))
 
 
 def count_parameters(config, targets, rank):

@@ -15,7 +15,7 @@ What is here:
 - complete transcripts in the project's real format: verify.teacher_prompt / verify.student_prompt + a response
   `<think> ... </think> <answer> fences </answer>` + end of text, for the six (role, task) pairs, with a low rate
   (`noise`) of wrong answers, programs with a line dropped (mostly invalid) and a missing closing tag;
-- the tokenizer: byte-level BPE (population.build_tiny's byte alphabet and special tokens, so any text encodes) with
+- the tokenizer: byte-level BPE (build_tiny's byte alphabet and special tokens, so any text encodes) with
   1024 merges learned on the corpus, plus one added token per constant chunk of verify.py's prompt templates. The
   prompts are verify.py's text unchanged, so train.py needs no knob; the tiny model reads ~10 tokens for ~2 kB of
   boilerplate (the issue's "compact prompt", done in the vocabulary). Raw bytes measured ~650 tokens/transcript and
@@ -32,13 +32,16 @@ with Qwen's pre-split the same weights gave 0-15% valid) and 10x the training (4
 4% solved; 1,500 on 1,500: 65% / 7%). Student code_f grows most with training (it turns the message into code).
 Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program shapes and guesses.
 """
+import hashlib
 import json
 import math
 import os
 import random
 import re
+import shutil
 import string
 import sys
+import tempfile
 import time
 
 import torch
@@ -253,7 +256,7 @@ def prompt_chunks():
 
 
 def make_tokenizer(texts, vocab_size):
-    """Byte-level BPE (population.build_tiny's byte alphabet and special tokens, so any text still encodes) with
+    """Byte-level BPE (build_tiny's byte alphabet and special tokens, so any text still encodes) with
     merges learned on the corpus texts, plus one added (non-special) token per prompt chunk. Bytes alone measured
     ~650 tokens per transcript and ~500 tokens/s of training here; the merges cut that ~6x."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -264,11 +267,11 @@ def make_tokenizer(texts, vocab_size):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=population.SPECIALS,
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     tok.add_tokens([AddedToken(c, normalized=False, special=False, lstrip=False, rstrip=False) for c in chunks])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=population.SPECIALS[0],
-                                   pad_token=population.SPECIALS[1])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0],
+                                   pad_token=SPECIALS[1])
 
 
 def encode(tok, pairs):
@@ -308,7 +311,7 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
     set_threads(train["threads"])
     used_threads = torch.get_num_threads()
     try:
-        with population._seeded(train["seed"]):
+        with population.seeded(train["seed"]):
             config = Qwen2Config(vocab_size=len(tok), bos_token_id=None, eos_token_id=tok.eos_token_id,
                                  pad_token_id=tok.pad_token_id,
                                  dtype="float32", **model_cfg)
@@ -469,7 +472,7 @@ def heldout_benchmark(cache_dir="out/.tiny", world=None, heldout=None):
         write_jsonl(os.path.join(folder, "tiny.jsonl"), heldout_rows(world, heldout))
         with open(os.path.join(folder, "config.json"), "w") as f:  # cached_folder's "done" mark
             json.dump(dict(world=world, heldout=heldout, version=VERSION), f, indent=1)
-    folder = population.cached_folder(cache_dir, "tiny-heldout", [world, heldout, VERSION], build)
+    folder = cached_folder(cache_dir, "tiny-heldout", [world, heldout, VERSION], build)
     return os.path.join(folder, "tiny.jsonl")
 
 
@@ -478,11 +481,79 @@ def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log
     it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive). Settings default
     to the module's WORLD / MODEL / TRAIN at call time."""
     world, model_cfg, train = world or WORLD, model_cfg or MODEL, train or TRAIN
-    path = population.cached_folder(cache_dir, "tiny-warm", [world, model_cfg, train, VERSION],
+    path = cached_folder(cache_dir, "tiny-warm", [world, model_cfg, train, VERSION],
                                     lambda tmp: train_warm(tmp, world, model_cfg, train, log))
     if not os.path.exists(os.path.join(path, "seeds.jsonl")):
         write_seeds(os.path.join(path, "seeds.jsonl"), world)
     return path
+
+
+# ----------------------------------------------------------------------------- the built-in bases
+# The random `tiny` base and the cache both bases live in (moved here from population.py, which now
+# only loads folders: one module builds the laptop-scale bases, and imports go one way).
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
+            max_position_embeddings=32768,  # byte-level AZR prompts run to several thousand tokens
+            initializer_range=0.1,  # larger than the default 0.02 so greedy decoding is rarely a near-tie
+            rope_theta=10000.0, tie_word_embeddings=False)
+SPECIALS = ["<|endoftext|>", "<|pad|>"]  # ids 256 (eos) and 257 (pad), after the 256 bytes
+
+
+def _byte_chars():
+    """GPT-2's byte -> printable character map (what the ByteLevel pre-tokenizer emits), so token id == byte."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), 256))
+    moved = [b for b in range(256) if b not in keep]  # control bytes and space go to U+0100 onwards
+    return {b: chr(b) if b in keep else chr(256 + moved.index(b)) for b in range(256)}
+
+
+def build_tiny(folder, seed=0):
+    """Write a random tiny Qwen2 and a byte-level tokenizer (one token per UTF-8 byte, no merges, so nothing is
+    trained or downloaded) to `folder` as a Hugging Face model folder vLLM can load. Same seed -> same files."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    vocab = {c: b for b, c in _byte_chars().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0], pad_token=SPECIALS[1])
+    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=256, pad_token_id=257,
+                         dtype="float32", **TINY)
+    with population.seeded(seed):
+        model = Qwen2ForCausalLM(config)
+    model.save_pretrained(folder)  # makes the folder
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def cached_folder(cache_dir, prefix, settings, build):
+    """cache_dir/<prefix>-<hash of settings>, made once by build(tmp_folder) in a temporary folder renamed into
+    place (atomic; a concurrent builder may win the race, which is fine) and reused after that."""
+    key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+    path = os.path.join(cache_dir, f"{prefix}-{key}")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{prefix}-", dir=cache_dir)
+        try:
+            build(tmp)
+            os.rename(tmp, path)
+        except OSError:
+            if not os.path.exists(os.path.join(path, "config.json")):  # not a lost race: a real error
+                raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def model_folder(model, cache_dir="out/.tiny"):
+    """The folder or hub id to load for `model`: "tiny" and "tiny-warm" are built once into cache_dir."""
+    if model == "tiny":
+        return cached_folder(cache_dir, "tiny", [TINY, SPECIALS, 0], build_tiny)
+    if model == "tiny-warm":
+        # the tiny base warm-started on the synthetic corpus below, built once, cached
+        return warm_base(cache_dir)
+    return model
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ def rss_mb():
 def worker(args):
     """One (engine, population size): build, generate, time; print a JSON dict."""
     import torch
+    import engines
     import population as P
-    base, tokenizer, path = P.load_base("tiny", cache_dir=args.cache_dir)
+    import tinyworld
+    path = tinyworld.model_folder("tiny", args.cache_dir)
+    base, tokenizer = P.load_base(path)
     cfg = dict(lora_rank=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0, seed=0, max_model_len=1024,
                lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
     model, members = P.init_population(base, tokenizer, cfg, ROLES[args.members])
@@ -44,17 +47,17 @@ def worker(args):
     for m in members:  # random adapters: zero-init B would let an engine skip work unnoticed
         P.set_adapter(model, m["name"], {k: torch.randn(v.shape, generator=g) * 0.1
                                          for k, v in P.get_adapter(model, m["name"]).items()})
-    engine = P.make_engine(args.worker, path, model, tokenizer, members, cfg)
+    engine = engines.make_engine(args.worker, path, model, tokenizer, members, cfg)
     rng = random.Random(0)
     texts = ["".join(chr(rng.randint(32, 126)) for _ in range(rng.randint(64, 256))) for _ in range(args.prompts)]
     calls = {"mixed": [(t, members[i % len(members)]["name"]) for i, t in enumerate(texts)],
              "single": [(t, members[0]["name"]) for t in texts]}
-    P.generate(engine, calls["single"][:4], 1.0, 1.0, 8, seed=0)  # warm-up (first-call allocations, adapter loads)
+    engines.generate(engine, calls["single"][:4], 1.0, 1.0, 8, seed=0)  # warm-up (first-call allocations, adapter loads)
     rates = {k: [] for k in calls}
     for rep in range(args.repeats):
         for kind, requests in calls.items() if args.members > 1 else [("single", calls["single"])]:
             start = time.perf_counter()
-            out = P.generate(engine, requests, 1.0, 1.0, args.new_tokens, seed=rep)
+            out = engines.generate(engine, requests, 1.0, 1.0, args.new_tokens, seed=rep)
             rates[kind].append(sum(len(o["completion_ids"]) for o in out) / (time.perf_counter() - start))
     result = {"rss_mb": round(rss_mb(), 1)}
     result.update({f"{k}_tok_s": round(statistics.median(v), 1) for k, v in rates.items() if v})

@@ -1,4 +1,4 @@
-"""Step time of a 4T+4S run on the warm-started tiny base, 1 rank vs 2 ranks (torchrun, gloo), for one or more
+"""Step time of a 4T+4S (--teachers/--students) run on the warm-started tiny base, 1 rank vs 2 ranks (torchrun, gloo), for one or more
 copies of the code side by side: e.g. this tree against a checkout of the old layout (member i trained by rank
 i % world, weights broadcast after every update, optimizer states gathered at every checkpoint). Runs alternate
 between the copies, so machine load hits both alike. Prints ONE JSON line:
@@ -23,9 +23,10 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def one_run(root, ranks, steps, cache, cores):
+def one_run(root, ranks, steps, cache, cores, teachers, students):
     out = tempfile.mkdtemp(prefix="layout-bench-")
-    flags = dict(model="tiny-warm", model_cache=cache, teachers=4, students=4, steps=steps, propose_per_task=2,
+    flags = dict(model="tiny-warm", model_cache=cache, teachers=teachers, students=students, steps=steps,
+                 propose_per_task=2,
                  solve_samples=2, max_new_tokens=96, engine="hf", save_every=1, evolve_every=-1, out_dir=out)
     argv = [f"--{k}={v}" for k, v in flags.items()]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, cores // ranks)))
@@ -48,6 +49,8 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--model_cache", default=os.path.join(ROOT, "out", ".tiny"))
+    parser.add_argument("--teachers", type=int, default=4)
+    parser.add_argument("--students", type=int, default=4)
     args = parser.parse_args()
     roots = [os.path.abspath(r) for r in args.roots.split(",")]
     labels = args.labels.split(",") if args.labels else roots
@@ -56,7 +59,7 @@ def main():
         for label, root in zip(labels, roots):
             print(f"{label}: {ranks} rank(s)...", file=sys.stderr, flush=True)
             results[f"{label}/{ranks}"] = one_run(root, ranks, args.steps, os.path.abspath(args.model_cache),
-                                                  args.cores)
+                                                  args.cores, args.teachers, args.students)
     for label in labels:
         results[f"ratio/{label}"] = round(results[f"{label}/2"]["s_per_step"] / results[f"{label}/1"]["s_per_step"],
                                           3)

@@ -26,7 +26,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # vLLM in-process on CPU (reference/vllm.md)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import population  # noqa: E402
+import tinyworld  # noqa: E402
 import train  # noqa: E402
 
 PHASES = ("generate", "verify", "train", "evolve", "checkpoint")
@@ -57,7 +57,7 @@ def main():
     parser.add_argument("--max_new_tokens", type=int, default=32)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model = population.build_tiny(os.path.join(tmp, "tiny"))
+        model = tinyworld.build_tiny(os.path.join(tmp, "tiny"))
         common = dict(train.config, model=model, steps=args.steps, propose_per_task=args.propose_per_task,
                       solve_samples=args.solve_samples, min_problems=1, references=2,
                       max_new_tokens=args.max_new_tokens, lora_rank=8, lora_alpha=16, engine=args.engine,

@@ -39,8 +39,8 @@ def shared_path(*parts):
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """Folder with the built-in random tiny Qwen2 model and byte-level tokenizer (population.build_tiny)."""
-    import population
-    return population.build_tiny(str(tmp_path_factory.mktemp("tiny")))
+    import tinyworld
+    return tinyworld.build_tiny(str(tmp_path_factory.mktemp("tiny")))
 
 
 @pytest.fixture(scope="session")

@@ -224,7 +224,8 @@ def _checkpoint(folder, roles, cache, scale):
     import population as P
     cfg = dict(model="tiny", lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0,
                lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
-    base, tokenizer, _ = P.load_base("tiny", cache_dir=cache)
+    import tinyworld
+    base, tokenizer = P.load_base(tinyworld.model_folder("tiny", cache))
     model, members = P.init_population(base, tokenizer, cfg, roles)
     if scale:
         gen = torch.Generator().manual_seed(1)

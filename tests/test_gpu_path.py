@@ -14,6 +14,9 @@ import pytest
 import torch
 
 from conftest import FIXTURES_DIR, ROOT, peak_live_bytes
+import archive
+import engines
+import logs
 import population
 import train
 import verify
@@ -22,7 +25,7 @@ import verify
 def members_with_weights(tiny_dir, names_roles, checkpointing, seed=3):
     """A population on the tiny base whose adapters all hold non-zero, distinct weights (B = 0 would make every
     member's forward the base's, and a wrong-adapter recomputation would go unnoticed)."""
-    base, tokenizer, _ = population.load_base(tiny_dir)
+    base, tokenizer = population.load_base(tiny_dir)
     cfg = dict(train.config, lora_rank=4, lora_alpha=8, lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,"
                "up_proj,down_proj", seed=seed)
     model, members = population.init_population(base, tokenizer, cfg, names_roles)
@@ -133,7 +136,7 @@ def test_rank_shares_are_balanced_and_cover_the_batch():
 def test_bf16_training_step_on_cpu(tiny_dir, tmp_path):
     """--dtype bfloat16: the base in bf16, the adapters in float32 (peft), a real update with varied rewards, and a
     whole train.py step end to end with the hf engine."""
-    base, tokenizer, _ = population.load_base(tiny_dir, dtype="bfloat16")
+    base, tokenizer = population.load_base(tiny_dir, dtype="bfloat16")
     assert next(base.parameters()).dtype == torch.bfloat16
     cfg = dict(train.config, lora_rank=4, lora_alpha=8, lora_targets="q_proj,v_proj", seed=1, lr=1e-2,
                micro_batch_tokens=128)
@@ -151,17 +154,17 @@ def test_bf16_training_step_on_cpu(tiny_dir, tmp_path):
 
 
 def test_lora_sync_folder_falls_back_and_says_what_to_change(tmp_path):
-    folder = population.lora_folder("", str(tmp_path / "out"), need=1)
+    folder = engines.lora_folder("", str(tmp_path / "out"), need=1)
     assert os.path.isdir(folder)
     # more than any disk holds: /dev/shm and out_dir both refuse, with the flag to change in the message
     with pytest.raises(OSError, match=r"no room for the vLLM adapter sync .*--lora_dir"):
-        population.lora_folder("", str(tmp_path / "out"), need=1 << 60)
+        engines.lora_folder("", str(tmp_path / "out"), need=1 << 60)
     free = __import__("shutil").disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
     if free:
         # room on the out_dir's disk but not in /dev/shm: the fallback folder under out_dir
         out_free = __import__("shutil").disk_usage(tmp_path).free
         if out_free > 2 * free + 2:
-            chosen = population.lora_folder("", str(tmp_path / "out"), need=free // 2 + 1)
+            chosen = engines.lora_folder("", str(tmp_path / "out"), need=free // 2 + 1)
             assert chosen.startswith(str(tmp_path / "out" / "lora_sync"))
 
 
@@ -177,19 +180,22 @@ def test_generation_errors_are_not_format_errors(tiny_dir, tmp_path):
     assert [m["name"] for m in result["members"]] == ["t0", "t1", "s0", "s1"]
 
 
-def test_seed_archive_takes_several_files(tiny_dir, tmp_path, capsys):
+def test_seed_archive_takes_several_files(tmp_path):
     seeds = os.path.join(FIXTURES_DIR, "train_seeds.jsonl")
     lines = open(seeds).read().splitlines()
     io_only, f_only = tmp_path / "io.jsonl", tmp_path / "f.jsonl"
     io_only.write_text("\n".join(line for line in lines if '"inputs"' not in line) + "\n")
     f_only.write_text("\n".join(line for line in lines if '"inputs"' in line) + "\n")
-    from test_train import tiny_cfg
-    archive = train.seed_problems(tiny_cfg(tiny_dir, tmp_path, seed_archive=f"{io_only},{f_only}"), 0, 1)
-    single = train.seed_problems(tiny_cfg(tiny_dir, tmp_path, seed_archive=seeds), 0, 1)
-    assert {t: len(p) for t, p in archive.items()} == {t: len(p) for t, p in single.items()}
-    assert len(archive["code_f"]) == 1 and len(archive["code_o"]) == 2
+
+    def check(jobs):
+        return train.run_verify(verify.validate, jobs, 5.0)
+    problems, line = archive.seed_archive(f"{io_only},{f_only}", check)
+    single, _ = archive.seed_archive(seeds, check)
+    assert {t: len(p) for t, p in problems.items()} == {t: len(p) for t, p in single.items()}
+    assert len(problems["code_f"]) == 1 and len(problems["code_o"]) == 2
+    assert line == "seed archive: 2/3 code_i/code_o and 1/2 code_f seeds valid; 2 dropped"
     with pytest.raises(SystemExit, match=r"--seed_archive '.*missing.jsonl'"):
-        train.seed_problems(tiny_cfg(tiny_dir, tmp_path, seed_archive=f"{io_only},{tmp_path}/missing.jsonl"), 0, 1)
+        archive.seed_archive(f"{io_only},{tmp_path}/missing.jsonl", check)
 
 
 def test_wandb_logs_the_metrics_rows_offline(tiny_dir, tmp_path, monkeypatch):
@@ -206,9 +212,10 @@ def test_wandb_logs_the_metrics_rows_offline(tiny_dir, tmp_path, monkeypatch):
 
 
 def test_step_line_has_an_eta():
-    cfg = dict(train.config, steps=10)
-    line = train.step_line(3, cfg, {"teacher/reward": 0.5, "time/step": 2.0}, started=0.0, first_step=0)
-    assert line.startswith("step 4/10 | teacher/reward 0.5 | time/step 2 | eta ")
+    row = {"teacher/reward": 0.5, "time/step": 2.0}
+    started = __import__("time").time() - 30 * 60  # 4 steps in 30 minutes: 6 more take 45
+    line = logs.step_line(3, 10, row, started=started, first_step=0)
+    assert line == "step 4/10 | teacher/reward 0.5 | time/step 2 | eta 0h45m"
 
 
 # ----------------------------------------------------------------------------- several ranks (torchrun, gloo)

@@ -54,7 +54,7 @@ def test_plan_without_a_gpu_asks_for_the_size():
 
 def test_plan_reads_a_local_folder(tiny_dir):
     row = plan.memory_plan(dict(train.config, model=tiny_dir, gpu_memory_gb=80.0, lora_rank=8), ["student"])
-    base, _, _ = population.load_base(tiny_dir)
+    base, _ = population.load_base(tiny_dir)
     assert row["params/base"] == sum(p.numel() for p in base.parameters())
 
 

@@ -10,7 +10,11 @@ import pytest
 import torch
 import trueskill
 
+import engines
 import population as P
+import ratings
+import tinyworld
+import train
 from conftest import require_vllm
 
 CFG = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, seed=0, max_model_len=1024,
@@ -20,7 +24,8 @@ ROLES4 = ["teacher", "teacher", "student", "student"]
 
 def make_population(tiny_dir, roles=ROLES4, scale=0.2, seed=0):
     """Fresh base + members whose adapters are random (B = 0 would make every member equal the base)."""
-    base, tokenizer, path = P.load_base(tiny_dir)
+    path = tiny_dir
+    base, tokenizer = P.load_base(tiny_dir)
     model, members = P.init_population(base, tokenizer, CFG, roles)
     g = torch.Generator().manual_seed(seed)
     for m in members:
@@ -55,13 +60,13 @@ def full_logits(model, name, ids):
 
 
 def test_build_tiny_is_deterministic_and_byte_level(tmp_path):
-    a, b, c = (P.build_tiny(str(tmp_path / x), seed=s) for x, s in (("a", 0), ("b", 0), ("c", 1)))
+    a, b, c = (tinyworld.build_tiny(str(tmp_path / x), seed=s) for x, s in (("a", 0), ("b", 0), ("c", 1)))
     names = sorted(os.listdir(a))
     assert "model.safetensors" in names and "tokenizer.json" in names
     for n in names:
         assert open(os.path.join(a, n), "rb").read() == open(os.path.join(b, n), "rb").read(), n
     assert open(os.path.join(a, "model.safetensors"), "rb").read() != open(os.path.join(c, "model.safetensors"), "rb").read()
-    _, tokenizer, _ = P.load_base(a)
+    _, tokenizer = P.load_base(a)
     text = "def f(x):\n    return x + 'é✓'\t"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert ids == list(text.encode())  # one token per byte, id == byte value, no BOS
@@ -89,9 +94,10 @@ def test_saved_bpe_tokenizer_loads_with_the_ids_it_was_trained_with(tmp_path, ti
 
 
 def test_load_base_tiny_cached_and_frozen(tmp_path):
-    base, _, path = P.load_base("tiny", cache_dir=str(tmp_path))
+    path = tinyworld.model_folder("tiny", str(tmp_path))
+    base, _ = P.load_base(path)
     stamp = os.path.getmtime(os.path.join(path, "model.safetensors"))
-    _, _, path2 = P.load_base("tiny", cache_dir=str(tmp_path))
+    path2 = tinyworld.model_folder("tiny", str(tmp_path))
     assert path2 == path and os.path.getmtime(os.path.join(path, "model.safetensors")) == stamp
     assert len([n for n in os.listdir(tmp_path) if n.startswith("tiny-")]) == 1
     assert all(not p.requires_grad for p in base.parameters())
@@ -103,20 +109,20 @@ def test_load_base_tiny_cached_and_frozen(tmp_path):
 
 
 def test_init_population_names_ids_and_roles(tiny_dir):
-    base, tokenizer, _ = P.load_base(tiny_dir)
+    base, tokenizer = P.load_base(tiny_dir)
     _, members = P.init_population(base, tokenizer, CFG, ["teacher", "student", "teacher", "student", "student"])
     assert [m["name"] for m in members] == ["t0", "s0", "t1", "s1", "s2"]
     assert [m["lora_id"] for m in members] == [1, 2, 3, 4, 5] and len({m["id"] for m in members}) == 5
     assert all(m["mu"] == 25.0 and abs(m["sigma"] - 25 / 3) < 1e-12 and m["lineage"] == [] for m in members)
-    base, tokenizer, _ = P.load_base(tiny_dir)
+    base, tokenizer = P.load_base(tiny_dir)
     _, single = P.init_population(base, tokenizer, CFG, ["both"])
     assert [(m["name"], m["role"]) for m in single] == [("a0", "both")]
     with pytest.raises(ValueError, match="unknown role"):
-        P.init_population(*P.load_base(tiny_dir)[:2], CFG, ["coach"])
+        P.init_population(*P.load_base(tiny_dir), CFG, ["coach"])
 
 
 def test_zero_init_adapter_is_a_no_op(tiny_dir):
-    base, tokenizer, _ = P.load_base(tiny_dir)
+    base, tokenizer = P.load_base(tiny_dir)
     ids = list(b"def f(a, b):\n    return a * b + 1")
     base.eval()
     with torch.no_grad():
@@ -157,7 +163,7 @@ def test_training_step_touches_only_its_member(tiny_dir):
     logp, mask, _ = P.token_logprobs(model, "s0", [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]])
     (-(logp.sum() / mask.sum())).backward()
     for n, p in model.named_parameters():
-        if P._adapter_of(n) == "s0":
+        if P.adapter_of(n) == "s0":
             assert p.grad is not None and p.grad.abs().sum() > 0, n
         else:
             assert p.grad is None, n
@@ -195,11 +201,11 @@ def test_token_logprobs_match_full_forward_and_ignore_padding(tiny_dir):
 
 def test_hf_mixed_batch_equals_one_at_a_time_and_manual_greedy(tiny_dir):
     model, tokenizer, path, members = make_population(tiny_dir)
-    engine = P.make_engine("hf", path, model, tokenizer, members, CFG)
+    engine = engines.make_engine("hf", path, model, tokenizer, members, CFG)
     requests = [(p, members[i % 4]["name"]) for i, p in enumerate(prompts(8, longest=60))]
-    mixed = P.generate(engine, requests, 0.0, 1.0, 12, seed=0)
+    mixed = engines.generate(engine, requests, 0.0, 1.0, 12, seed=0)
     for r, out in zip(requests, mixed):
-        assert P.generate(engine, [r], 0.0, 1.0, 12, seed=0)[0] == out
+        assert engines.generate(engine, [r], 0.0, 1.0, 12, seed=0)[0] == out
         assert out["prompt_ids"] == list(r[0].encode()) and out["error"] is None
         assert out["text"] == tokenizer.decode(out["completion_ids"], skip_special_tokens=True)
     ids = list(requests[0][0].encode())  # manual greedy decode of the first request
@@ -211,21 +217,21 @@ def test_hf_mixed_batch_equals_one_at_a_time_and_manual_greedy(tiny_dir):
 
 def test_hf_sampling_is_seeded_and_prompt_overflow_is_per_item(tiny_dir):
     model, tokenizer, path, members = make_population(tiny_dir, roles=["teacher", "student"])
-    engine = P.make_engine("hf", path, model, tokenizer, members, dict(CFG, max_model_len=64))
+    engine = engines.make_engine("hf", path, model, tokenizer, members, dict(CFG, max_model_len=64))
     requests = [(p, "t0") for p in prompts(4, seed=1, longest=40)]
-    a, b = (P.generate(engine, requests, 1.0, 0.95, 10, seed=3) for _ in range(2))
-    c = P.generate(engine, requests, 1.0, 0.95, 10, seed=4)
+    a, b = (engines.generate(engine, requests, 1.0, 0.95, 10, seed=3) for _ in range(2))
+    c = engines.generate(engine, requests, 1.0, 0.95, 10, seed=4)
     assert a == b and a != c
-    out = P.generate(engine, [("x" * 70, "s0"), ("y" * 60, "s0"), ("hello", "t0")], 0.0, 1.0, 10, seed=0)
+    out = engines.generate(engine, [("x" * 70, "s0"), ("y" * 60, "s0"), ("hello", "t0")], 0.0, 1.0, 10, seed=0)
     assert "max_model_len" in out[0]["error"] and out[0]["completion_ids"] == []
     assert len(out[1]["completion_ids"]) <= 4 and out[1]["error"] is None  # 64 - 60 tokens of room
     assert out[2]["error"] is None and len(out[2]["completion_ids"]) > 0
     with pytest.raises(KeyError, match="zz"):
-        P.generate(engine, [("x", "zz")], 0.0, 1.0, 4, seed=0)
+        engines.generate(engine, [("x", "zz")], 0.0, 1.0, 4, seed=0)
     if not torch.cuda.is_available():  # auto = vllm only with CUDA
-        assert P.make_engine("auto", path, model, tokenizer, members, dict(CFG))["kind"] == "hf"
+        assert engines.make_engine("auto", path, model, tokenizer, members, dict(CFG))["kind"] == "hf"
     with pytest.raises(ValueError, match="unknown engine"):
-        P.make_engine("sglang", path, model, tokenizer, members, dict(CFG))
+        engines.make_engine("sglang", path, model, tokenizer, members, dict(CFG))
 
 
 # ----------------------------------------------------------------------------- vllm engine
@@ -235,23 +241,23 @@ def test_hf_sampling_is_seeded_and_prompt_overflow_is_per_item(tiny_dir):
 def vllm_population(tiny_dir):
     require_vllm()
     model, tokenizer, path, members = make_population(tiny_dir)
-    engine = P.make_engine("vllm", path, model, tokenizer, members, CFG)
+    engine = engines.make_engine("vllm", path, model, tokenizer, members, CFG)
     yield model, tokenizer, path, members, engine
-    P.close_engine(engine)  # frees the engine for other modules' tests; also deletes its adapter folders
+    engines.close_engine(engine)  # frees the engine for other modules' tests; also deletes its adapter folders
     assert "llm" not in engine and not os.path.exists(engine["lora_dir"])
 
 
 @pytest.mark.vllm
 def test_vllm_equals_hf_greedy_before_and_after_updates(vllm_population):
     model, tokenizer, path, members, engine = vllm_population
-    hf = P.make_engine("hf", path, model, tokenizer, members, CFG)
+    hf = engines.make_engine("hf", path, model, tokenizer, members, CFG)
     # per member: a short prompt and one over 2 KV blocks (2 x 128 tokens), where a stale prefix cache would show
     texts = prompts(4, seed=2, longest=50) + ["def f(x):\n" + "    x = x * 3 + 1\n" * 20 + "    return"]
     assert len(texts[-1]) > 300
     requests = [(t, m["name"]) for m in members for t in (texts[members.index(m)], texts[-1])]
 
     def both():
-        v, h = (P.generate(e, requests, 0.0, 1.0, 24, seed=0) for e in (engine, hf))
+        v, h = (engines.generate(e, requests, 0.0, 1.0, 24, seed=0) for e in (engine, hf))
         for r, a, b in zip(requests, v, h):
             assert a["completion_ids"] == b["completion_ids"], f"engines disagree for {r[1]}"
             assert a["prompt_ids"] == b["prompt_ids"] and a["text"] == b["text"]
@@ -260,12 +266,12 @@ def test_vllm_equals_hf_greedy_before_and_after_updates(vllm_population):
     before = both()
     assert len(set(before)) == len(before)  # 4 distinct members, 2 prompts each
     sgd_step(model, "t1")
-    P.sync_adapters(engine, model, ["t1"], version=1)
+    engines.sync_adapters(engine, model, ["t1"], version=1)
     after = both()
     changed = [b != a for b, a in zip(before, after)]
     assert changed[2] and changed[3] and not any(changed[:2] + changed[4:])  # only t1's two rows moved
     P.set_adapter(model, "s1", P.get_adapter(model, "t0"))  # an evolution-style overwrite of a slot
-    P.sync_adapters(engine, model, ["s1"], version=2)
+    engines.sync_adapters(engine, model, ["s1"], version=2)
     final = both()
     assert final[7] == final[1]  # s1 now writes exactly what t0 writes on the long prompt
     assert sorted(os.listdir(os.path.join(engine["lora_dir"], "s1"))) == ["v2"]  # old versions deleted
@@ -275,15 +281,15 @@ def test_vllm_equals_hf_greedy_before_and_after_updates(vllm_population):
 def test_vllm_sampling_seeded_per_request(vllm_population):
     _, _, _, members, engine = vllm_population
     requests = [(p, members[i % 4]["name"]) for i, p in enumerate(prompts(6, seed=4, longest=80))]
-    a = P.generate(engine, requests, 1.0, 0.9, 16, seed=7)
-    b = P.generate(engine, requests[:3], 1.0, 0.9, 16, seed=7)  # another batch: same draws per request
-    c = P.generate(engine, requests, 1.0, 0.9, 16, seed=8)
+    a = engines.generate(engine, requests, 1.0, 0.9, 16, seed=7)
+    b = engines.generate(engine, requests[:3], 1.0, 0.9, 16, seed=7)  # another batch: same draws per request
+    c = engines.generate(engine, requests, 1.0, 0.9, 16, seed=8)
     assert a[:3] == b and a != c
-    assert len({tuple(o["completion_ids"]) for o in P.generate(engine, [requests[0]] * 4, 1.0, 1.0, 16, seed=7)}) > 1
+    assert len({tuple(o["completion_ids"]) for o in engines.generate(engine, [requests[0]] * 4, 1.0, 1.0, 16, seed=7)}) > 1
     # more prompt tokens than one scheduler step takes (4096): on CPU a split prompt + seed used to crash vLLM
     many = [(p * 3, members[i % 4]["name"]) for i, p in enumerate(prompts(40, seed=5, longest=100))]  # no shared prefixes
     assert sum(len(p) for p, _ in many) > 4096
-    assert all(len(o["completion_ids"]) == 4 for o in P.generate(engine, many, 1.0, 1.0, 4, seed=1))
+    assert all(len(o["completion_ids"]) == 4 for o in engines.generate(engine, many, 1.0, 1.0, 4, seed=1))
 
 
 # ----------------------------------------------------------------------------- ratings and matchmaking
@@ -291,17 +297,17 @@ def test_vllm_sampling_seeded_per_request(vllm_population):
 
 def test_match_outcome_rule():
     cases = [(None, 1), (0.0, -1), (0.44, -1), (0.45, 0), (0.5, 0), (0.55, 0), (0.56, 1), (1.0, 1)]
-    assert [P.match_outcome(s, 0.05) for s, _ in cases] == [o for _, o in cases]
-    assert P.match_outcome(0.5, 0.0) == 0 and P.match_outcome(0.6, 0.2) == 0
+    assert [train.match_outcome(s, 0.05) for s, _ in cases] == [o for _, o in cases]
+    assert train.match_outcome(0.5, 0.0) == 0 and train.match_outcome(0.6, 0.2) == 0
 
 
 def test_rating_constants_and_updates_follow_trueskill():
-    assert (P.RATING.mu, P.RATING.sigma, P.RATING.beta, P.RATING.tau, P.RATING.draw_probability) == \
+    assert (ratings.TRUESKILL.mu, ratings.TRUESKILL.sigma, ratings.TRUESKILL.beta, ratings.TRUESKILL.tau, ratings.TRUESKILL.draw_probability) == \
         (25.0, 25 / 3, 25 / 6, 25 / 300, 0.1)
     env = trueskill.TrueSkill(mu=25.0, sigma=25 / 3, beta=25 / 6, tau=25 / 300, draw_probability=0.1)
     for outcome in (1, 0, -1):
         t, s = {"mu": 27.0, "sigma": 6.0}, {"mu": 23.0, "sigma": 7.0}
-        P.rate_match(t, s, outcome)
+        ratings.update(t, s, outcome)
         rt, rs = env.create_rating(27.0, 6.0), env.create_rating(23.0, 7.0)
         if outcome == -1:
             rt, rs = env.rate_1vs1(rt, rs)
@@ -315,13 +321,13 @@ def test_rating_constants_and_updates_follow_trueskill():
 
 def test_win_probability_and_conservative_score():
     a, b = {"mu": 25.0, "sigma": 25 / 3}, {"mu": 25.0, "sigma": 25 / 3}
-    assert P.win_probability(a, b) == pytest.approx(0.5)
+    assert ratings.win_probability(a, b) == pytest.approx(0.5)
     strong = {"mu": 35.0, "sigma": 2.0}
-    assert P.win_probability(strong, a) > 0.8 and P.win_probability(strong, a) + P.win_probability(a, strong) == pytest.approx(1)
+    assert ratings.win_probability(strong, a) > 0.8 and ratings.win_probability(strong, a) + ratings.win_probability(a, strong) == pytest.approx(1)
     members = [{"name": "x", "mu": 30.0, "sigma": 8.0}, {"name": "y", "mu": 26.0, "sigma": 1.0},
                {"name": "z", "mu": 20.0, "sigma": 0.5}]
-    assert P.conservative_score(members[0]) == 6.0
-    assert [m["name"] for m in sorted(members, key=P.conservative_score, reverse=True)] == ["y", "z", "x"]
+    assert ratings.conservative_score(members[0]) == 6.0
+    assert [m["name"] for m in sorted(members, key=ratings.conservative_score, reverse=True)] == ["y", "z", "x"]
 
 
 def rated(prefix, mus):
@@ -333,23 +339,23 @@ def test_matchmake_covers_everyone_and_is_deterministic():
     for _ in range(50):
         teachers, students = rated("t", [rng.uniform(15, 35) for _ in range(4)]), rated("s", [rng.uniform(15, 35) for _ in range(4)])
         seed = rng.random()
-        pairs = P.matchmake(teachers, students, random.Random(seed))
+        pairs = train.matchmake(teachers, students, random.Random(seed))
         assert sorted(t for t, _ in pairs) == ["t0", "t1", "t2", "t3"] and sorted(s for _, s in pairs) == ["s0", "s1", "s2", "s3"]
-        assert pairs == P.matchmake(teachers, students, random.Random(seed))
+        assert pairs == train.matchmake(teachers, students, random.Random(seed))
     two, four = rated("t", [25, 25]), rated("s", [25] * 4)
-    pairs = P.matchmake(two, four, random.Random(1))
+    pairs = train.matchmake(two, four, random.Random(1))
     assert sorted(s for _, s in pairs) == ["s0", "s1", "s2", "s3"] and sorted(t for t, _ in pairs) == ["t0", "t0", "t1", "t1"]
-    pairs = P.matchmake(four, two, random.Random(1))
+    pairs = train.matchmake(four, two, random.Random(1))
     assert sorted(t for t, _ in pairs) == ["s0", "s1", "s2", "s3"] and sorted(s for _, s in pairs) == ["t0", "t0", "t1", "t1"]
-    assert P.matchmake(rated("a", [25]), rated("a", [25]), random.Random(0)) == [("a0", "a0")]  # baseline
+    assert train.matchmake(rated("a", [25]), rated("a", [25]), random.Random(0)) == [("a0", "a0")]  # baseline
 
 
 def test_matchmake_prefers_balanced_pairs():
     # t0 ~ s0 (p = 0.5) and t1 ~ s1; the crossed pairs are lopsided (p far from 0.5)
     teachers, students = rated("t", [20.0, 32.0]), rated("s", [20.0, 32.0])
-    balanced = sum(sorted(P.matchmake(teachers, students, random.Random(seed))) == [("t0", "s0"), ("t1", "s1")]
+    balanced = sum(sorted(train.matchmake(teachers, students, random.Random(seed))) == [("t0", "s0"), ("t1", "s1")]
                    for seed in range(2000)) / 2000
-    w = lambda s, t: (lambda p: p * (1 - p))(P.win_probability(s, t))  # noqa: E731
+    w = lambda s, t: (lambda p: p * (1 - p))(ratings.win_probability(s, t))  # noqa: E731
     # whichever teacher draws first picks its balanced partner with probability w_bal / (w_bal + w_crossed)
     expect = statistics.mean([w(students[0], teachers[0]) / (w(students[0], teachers[0]) + w(students[1], teachers[0])),
                               w(students[1], teachers[1]) / (w(students[1], teachers[1]) + w(students[0], teachers[1]))])
@@ -390,7 +396,7 @@ def test_checkpoint_round_trip_is_exact(tiny_dir, tmp_path):
             assert all(torch.equal(a["state"][i][k], b["state"][i][k]) for k in a["state"][i])
     # the adapter folders are plain PEFT folders
     from peft import PeftModel
-    base, _, _ = P.load_base(tiny_dir)
+    base, _ = P.load_base(tiny_dir)
     peft_model = PeftModel.from_pretrained(base, os.path.join(folder, "adapters", "s1"), adapter_name="s1")
     assert all(torch.equal(v, P.get_adapter(peft_model, "s1")[k]) for k, v in P.get_adapter(model, "s1").items())
 

@@ -1,6 +1,6 @@
 """tinyworld.py: the synthetic corpus (seeded, valid by verify.py's own rules, transcripts that parse back to their
 gold under verify's parsers, a bounded noise rate), the tokenizer (prompt text round-trips, boilerplate compresses)
-a small warm start (seeded: same bytes twice; cached by its settings; what load_base("tiny-warm") returns) and, on
+a small warm start (seeded: same bytes twice; cached by its settings; what model_folder("tiny-warm") returns) and, on
 THE warm base (default settings, cached in out/.tiny like train.py's), one train.py step that has signal: some
 teacher proposal is valid and some member gets a non-zero gradient (rewards differed within a TRR++ group).
 
@@ -133,7 +133,8 @@ def test_warm_start_is_deterministic_and_cached(tmp_path, monkeypatch):
     assert tinyworld.warm_base(str(tmp_path / "a"), world=world, train=dict(steps, steps=2)) != a  # new key
     monkeypatch.setattr(tinyworld, "WORLD", world)  # small settings for what --model tiny-warm builds
     monkeypatch.setattr(tinyworld, "TRAIN", steps)
-    base, tok, path = population.load_base("tiny-warm", cache_dir=str(tmp_path / "a"))
+    path = tinyworld.model_folder("tiny-warm", str(tmp_path / "a"))
+    base, tok = population.load_base(path)
     assert path == a and base.config.vocab_size == len(tok) and not any(p.requires_grad for p in base.parameters())
 
 

@@ -123,7 +123,7 @@ def test_end_to_end_population(run4, tiny_dir):
     samples = read_jsonl(out / "samples.jsonl")
     assert {s["step"] for s in samples} == {0, 1, 2, 3} and all("teacher_response" in s for s in samples)
     # the frozen base is bit-identical to a fresh load after 4 steps with updates and evolution
-    fresh, _, _ = population.load_base(tiny_dir)
+    fresh, _ = population.load_base(tiny_dir)
     trained = {n.replace("base_model.model.", "").replace(".base_layer", ""): p for n, p in
                result["model"].named_parameters() if "lora_" not in n}
     for name, p in fresh.named_parameters():
@@ -207,7 +207,7 @@ def test_pg_loss_accumulates_micro_batches():
 
 def test_learning_raises_the_rewarded_answer(tiny_dir):
     """A reward favouring one fixed answer makes it more likely within a few steps (catches a sign flip)."""
-    base, tokenizer, _ = population.load_base(tiny_dir)
+    base, tokenizer = population.load_base(tiny_dir)
     cfg = dict(train.config, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", seed=0, lr=3e-2, micro_batch_tokens=256)
     model, _ = population.init_population(base, tokenizer, cfg, ["student"])
     optimizer = torch.optim.AdamW(population.trainable_params(model, "s0"), lr=cfg["lr"])
