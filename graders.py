@@ -13,13 +13,16 @@ Code: programs run in verify.execute's sandbox under a small harness (_harness, 
     match as Decimals), every public and private test, a per-test limit, stop at the first failure.
 The sandbox sends back, per input, a hash of a canonical text of the value (equal text <=> `==` on plain data)
 and the numbers needed for tolerance rules; the comparison happens here. So the expected outputs never enter
-the sandbox, a program cannot print its own verdict, and always-equal objects compare unequal.
+the sandbox and always-equal objects compare unequal. The program can print a result line of its own: it is
+schema-checked (a malformed one fails that program alone) and can claim no more than hashes that must match.
+The per-input SIGALRM is the program's to switch off, so the limits are also checked on the CPU seconds the
+kernel counted for each run (the whole base/plus run against min(cap, summed per-input limits)).
 Deviations: tolerance needs the numbers, shipped only for float outputs of up to 1000 numbers; LCB's Decimal
 fallback only runs on outputs up to 4096 characters; the sandbox has no threads (RLIMIT_NPROC = 0), so the
 LCB trick of deep recursion in a thread fails; LCB's mocked open(0) is not provided; tests of one EvalPlus task
 run in pieces in parallel (the per-task cap is checked on the summed times).
-Not covered: a program that finds the harness's objects in memory could still fake its own outputs' text, but
-not the expected values it would have to match.
+Not covered: a program that switches the alarm off can move time between the inputs of one run (each input's
+own limit is the alarm's; only the run's total is the kernel's).
 """
 import inspect
 import itertools

@@ -1,34 +1,44 @@
 """Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
 
-Split out of verify.py (process isolation is a concern of its own; this file is also the worker program). API:
-run(jobs) -> [{"ok", "error", "stdout", "values", "pid"}] (job keys: see _evaluate, _job), layers(), shutdown().
+API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys: _evaluate, _job),
+decode(encoding), layers() (every layer, on or off, and why), seccomp_programs(), shutdown().
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing) and
 ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm interpreters launched separately, each
 with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different families, so set
-order can differ). Per job a zygote unmarshals it, makes the child's cwd and forks; the child ends the lock-down,
-runs the job, writes one JSON line of plain strings/bools (values are `repr` strings) for the zygote to forward;
-nothing from a child is unpickled or evaluated. ~1.5 ms CPU per run in all (fork, exit, faults); python -c: ~60 ms.
+order can differ). Per job a zygote makes the child's fresh cwd (a random name) and forks; the child ends the
+lock-down, runs the job and writes one JSON line; the zygote forwards it with what it measured itself (pid, the
+child's CPU seconds from wait4), empties the private /tmp folders, and retires if that fails. No gold ever
+enters a child: a child returns a canonical encoding of each value (_encode: exact builtin and collections/
+fractions/decimal types, checked with the real `type`, size and depth capped) and the parent decides (verify.py).
+User code can write the result line itself, so the parent parses every line as hostile (_decode): schema, types,
+caps, one entry per call; a bad line fails its job alone. Results pass through an mmap buffer the children do not
+inherit, given back to the kernel after each job, so no child finds an earlier job's result in its memory.
 
-Layers (Linux; `layers()` reports what the running zygotes measured):
+Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
-     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads) made binding by dropping root to a uid of its own
-     (60000 + zygote number), no_new_privs; a fresh empty cwd; the zygote's scrubbed environment (PATH, LANG,
-     PYTHONHASHSEED, *_NUM_THREADS=1); stdin = /dev/null or a file holding the job's stdin; fds 1/2 on /dev/null
-     and sys.stdout/err capped in-memory buffers (1 MiB / 64 KiB).
-  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the last three, which
-     zygotes do not load, via an import hook); zygotes run with -S: no site code, exit, quit or help.
-  4. wall-clock timeout per job: the zygote SIGKILLs the child (it cannot have made processes) and forks a fresh
-     one; a zygote that dies or stops answering (timeout + 5 s) is killed with its process group and replaced.
-  5. as root, each zygote unshares a network namespace (no interface up, not even loopback) and a private mount
-     namespace in which every filesystem is read-only, /tmp, /var/tmp, /dev/shm, /run/lock are fresh small
-     tmpfs, and /root, /home, $HOME and the repo's parent folder are covered (the interpreter's own folders,
-     e.g. pyenv under /root, are bound back read-only). Without root: a user + network namespace is tried, no
-     uid drop (NPROC = 0 still blocks fork), no mount namespace.
-Not covered: no seccomp, no PID namespace (/proc lists other processes; other uids cannot signal or trace them),
-world-readable system files stay readable, host CPU/memory are shared (per-child limits only), a child's memory
-(its zygote's) may hold bytes of earlier jobs; without the mount namespace, children can create empty files in
-world-writable folders and truncate world-writable files.
+     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as root, children
+     drop to a uid of a random range per pool (another trainer's children have other uids); no_new_privs; a
+     scrubbed environment; stdin /dev/null or the job's; capped in-memory stdout/stderr (1 MiB / 64 KiB).
+  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the last three via
+     an import hook); zygotes run with -S: no site code, exit, quit or help.
+  4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is replaced.
+  5. namespaces. As root: a mount namespace (every filesystem read-only, fresh small tmpfs on /tmp, /var/tmp,
+     /dev/shm, /run/lock, emptied after every job; /root, /home, $HOME and the repo's folder covered, the
+     interpreter's folders bound back) and a network namespace (no interface up). Without root: the same inside a
+     user namespace mapping only our uid, plus a PID namespace whose init is the zygote (children can signal
+     only themselves and it). Root without CAP_SYS_ADMIN gets neither (a user namespace would make root-owned
+     files its children's).
+  6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its children may read
+     only the interpreter's folders and shared libraries, and write only the jobs' folder (and the private tmpfs).
+  7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote, inherited): no
+     unshare/setns/mount, ptrace, process_vm_*, bpf, keyctl, io_uring, namespace clone flags, chmod/chown/utime/
+     xattr; where children keep our uid and no PID namespace hides other processes, or stay root, each child adds
+     a filter denying signals and fork.
+Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the interpreter's
+folders stay readable; without Landlock and a mount namespace, children can read and delete what this user can
+(verify.require_isolation refuses to start then). A child that reaches raw syscalls (past the static screen) can
+write its own result line: grading is unaffected (it never sees a gold), but a proposal can claim its own output.
 """
 import atexit
 import ctypes
@@ -543,7 +553,7 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")   # Landlock leaves these
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
                    "pidfd_getfd fork vfork clone")   # fork too: a child that stays root is exempt from NPROC
-_bpf, _hidden, _scratch = [], [], []   # the zygote's: see _seccomp_setup, _mount_setup
+_bpf, _hidden, _scratch, _scratch_times = [], [], [], []   # the zygote's: see _seccomp_setup, _mount_setup
 _landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
 
 
@@ -585,6 +595,7 @@ def _zygote_main(number, home, uid_base, programs):
     if sys.path and sys.path[0] == repo:
         del sys.path[0]                            # user code must not import the repo's modules
     _landlock, why = _landlock_setup(landlock, _readable(repo), [jobs] + _scratch)
+    _scratch_times.extend([(0, 0)] * len(_scratch))   # unknown: the first clean lists them
     layers["landlock"] = [_landlock is not None, why]
     signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
     layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
@@ -595,6 +606,7 @@ def _zygote_main(number, home, uid_base, programs):
         _signal_filter = _seccomp_load(programs["signals"])
     layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
     if uid == 0 and os.geteuid() == 0:
+        layers["pid_namespace"][1] = "not made as root (children that stay root are denied signals by seccomp)"
         layers["no_fork"] = [_signal_filter is not None, "children stay root (NPROC does not bind them): "
                              + ("seccomp denies fork" if _signal_filter is not None else "they can fork")]
     hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED"),
@@ -677,7 +689,7 @@ def _job(job, workdir, uid, view):
         _dup2(fd, 0)                              # the zygote's fd 0 goes back to /dev/null below
         _close(fd)
     r, w = _pipe()
-    start = time.monotonic()
+    start, forked_ns = time.monotonic(), time.time_ns()
     deadline = start + timeout
     pid = _pyfork()                               # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
     if pid < 0:                                   # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
@@ -706,7 +718,7 @@ def _job(job, workdir, uid, view):
     if job.get("stdin"):
         _dup2(_null, 0)
     _chdir("/")
-    retire = not _clean(workdir)
+    retire = not _clean(workdir, forked_ns)
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, usage.ru_utime + usage.ru_stime, usage.ru_minflt)
     if not error and size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1:
         return header, size, retire               # exactly one line, the child's (the parent checks it all)
@@ -723,18 +735,26 @@ def _job(job, workdir, uid, view):
     return header, len(line), retire
 
 
-def _clean(workdir):
+def _clean(workdir, forked_ns):
     """Remove the job's cwd and, with the mount namespace, everything a child left in the private tmpfs folders
-    (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. False when that fails (a zygote that
-    cannot clean up is replaced)."""
+    (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. A folder whose times did not change
+    since the last clean, which was over 20 ms before the child was forked (`forked_ns`, wall clock: folder
+    times are coarse, a few ms), holds nothing new: one stat instead of a listing (seccomp denies utime). False
+    when the clean-up fails (a zygote that cannot clean up is replaced)."""
     try:
         _rmtree(workdir)
-        for folder in _scratch:
+        for n, folder in enumerate(_scratch):
+            seen = os.stat(folder)
+            times = (seen.st_mtime_ns, seen.st_ctime_ns)
+            if times == _scratch_times[n] and max(times) < forked_ns - 20_000_000:
+                continue
             for entry in os.scandir(folder):
                 if entry.path != folder + "/jobs":
                     _rmtree(entry.path)
             if len(os.listdir(folder)) > (folder == "/tmp"):
                 return False
+            seen = os.stat(folder)
+            _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
         return True
     except (OSError, RecursionError):
         return False

@@ -16,23 +16,29 @@ to the whole answer, as AZR).
 Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed to f on the
 token stream); helpers, nested defs and classes allowed; passes the static screen; an input of 8+ chars is not
 pasted into the program; two runs in two separately started interpreters (different hash seeds) succeed within
-the time limit and agree on the repr; the value is plain (builtins, collections, fractions, decimal, array), its
+the time limit and agree on the repr and encoding; the value is plain (builtin, collections, fractions,
+decimal types), its
 repr has at most 2,000 chars and evaluates back to an equal value with the program's imports in scope (plus
 Counter/OrderedDict/deque, Fraction, Decimal when their module is imported); code_f also: >= 10 input fences,
 a message that is non-empty and does not contain the program, >= 2 distinct outputs. Multi-line inputs work
 (calls are compiled as `f(\n<input>\n)` expressions, never pasted on one line).
-Grading (in the sandbox): code_o `eval(gold) == eval(answer)` with the imports but not f in scope; code_i
-`gold == f(answer)`; code_f `gold == f(input)` on every hidden pair with the student's program (gold imports
-prepended). The gold is on the left and the value must be plain, so always-equal objects earn nothing.
+Golds and grading [ours; SPEC §3 "verdicts are decided outside the untrusted process"]: a valid proposal gets
+"gold", the canonical encoding of its value(s) (sandbox._encode; plain JSON data, stored with the problem).
+Children never see a gold: they run the answer and send back its value's encoding; the parent decodes both and
+compares with Python's == (AZR's semantics). code_o: the answer evaluated with the program's imports but not f;
+code_i: the answer's arguments evaluated (plain values only; f in scope, as AZR), then f on them in a fresh
+child (so nothing the answer did, such as claim f's value, which the prompt shows, survives); code_f: the
+student's program on the hidden inputs (the teacher program's imports prepended). Problems from before golds: add_golds.
 
 Static screen (layer 1): banned imports (AZR's list + SPEC's, dotted components), banned names (eval, exec, open,
 vars, ... unless the program binds the name), escape hatches (__globals__, __bases__, ... plus __dict__,
 __class__, __setattr__, __delattr__ [ours]) as attributes, names or inside strings, getattr & co. only with a
 constant non-dunder name, no assignment or deletion through an imported name or a call (no monkey-patching of
-library classes that grading compares with). A screen, not a proof; `execute` (benchmark code, which imports
-os/sys freely) skips it. Layers 2-5 (sandbox.py docstring): on Linux as root, as here, all are active (rlimits
-with a uid drop, so no fork/threads and 1 GiB; guard; timeout kill; no network; read-only filesystem with private
-tmpfs and hidden homes/repo). Not covered: seccomp, a PID namespace, reading world-readable system files.
+library classes that grading compares with), getattr & co. and imported modules only used directly (no aliases),
+no locals(), no banned names imported with `from` or read by `match` class patterns. A validity rule and a speed
+bump, not a wall: no guarantee rests on it; `execute` (benchmark code, which imports os/sys freely) skips it.
+Layers 2-7: sandbox.py docstring and `python verify.py layers`; require_isolation stops a trainer without
+filesystem isolation.
 """
 import argparse
 import ast
@@ -458,9 +464,9 @@ def _validity(task, a, b):
     """The verdict on a proposal's two runs (decided here, on what the children sent) -> result keys."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
-    first, second = _outputs(a), _outputs(b)
-    if first != second:
+    if a["values"] != b["values"]:               # plain JSON data from both: == is safe
         return {"reason": "non-deterministic: two runs with different hash seeds disagree"}
+    first = _outputs(a)
     if task == "code_f" and len({text for text, _ in first}) < 2:
         return {"reason": "fewer than 2 distinct outputs"}
     if task == "code_f":
@@ -536,10 +542,11 @@ def _grading_job(task, a, timeout):
         job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])], "mode": "encode",
                "timeout": timeout}
         return job, [a["gold"]]
-    # code_i: first the answer's arguments alone, as plain values (the student's code never runs beside f: it
-    # could otherwise claim f's value, which the prompt shows); _call_f then runs f on them
+    # code_i: first the answer's arguments, as plain values (with f in scope, as AZR: an input may call f);
+    # _call_f then runs f on them in a fresh child, so what the answer did to f or to that child (claim f's
+    # value, which the prompt shows, swap f.__code__) is gone
     pack = "def __pack__(*args, **kwargs):\n    return args, kwargs\n"
-    job = {"code": imports + "\n" + pack, "imports": imports, "calls": ["__pack__" + call_text(a["answer"])[1:]],
+    job = {"code": program + "\n" + pack, "imports": imports, "calls": ["__pack__" + call_text(a["answer"])[1:]],
            "mode": "encode", "timeout": timeout, "program": program}
     return job, [a["gold"]]
 

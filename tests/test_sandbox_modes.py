@@ -126,3 +126,30 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     if mode == "unprivileged":
         assert report["euid"] == NOBODY and report["child_uid"] == str(NOBODY) and not lay["uid_drop"]
         assert lay["pid_namespace"] == lay["mount_namespace"]   # both come with the user namespace
+
+
+def test_start_up_refuses_without_filesystem_isolation(monkeypatch, capsys):
+    import sandbox
+    import verify
+    layers = sandbox.layers()
+    assert verify.require_isolation() is not None or not layers["filesystem_isolation"]
+    bare = dict(layers, mount_namespace=False, landlock=False, filesystem_isolation=False,
+                why=dict(layers["why"], mount_namespace="unshare(CLONE_NEWNS) refused (test)",
+                         landlock="Landlock unavailable (test)"))
+    monkeypatch.setattr(sandbox, "layers", lambda: bare)
+    with pytest.raises(SystemExit) as stop:
+        verify.require_isolation()
+    assert "no filesystem isolation" in str(stop.value) and "refused (test)" in str(stop.value)
+    assert f"--{verify.UNSAFE_FLAG}" in str(stop.value)
+    assert verify.require_isolation(accept_risk=True) is bare
+    assert "WARNING" in capsys.readouterr().err
+
+
+def test_layers_cli_says_why_for_every_layer():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "verify.py"), "layers"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(None, 2) for line in out.stdout.splitlines()[:-1]]
+    names = {name for _, name, _ in rows}
+    assert {"landlock", "seccomp", "mount_namespace", "uid_drop", "filesystem_isolation"} <= names
+    assert all(state in ("on", "OFF") and why for state, _, why in rows)

@@ -201,6 +201,7 @@ GRADE_CASES = [   # (task, attempt, correct)
     ("code_i", dict(CODE_O, answer="4"), False),
     ("code_i", dict(PROBLEMS[0], answer="[2, 3, 1],\n'x'"), True),              # another input that works
     ("code_i", dict(CODE_O, answer="3), (4"), False),
+    ("code_i", dict(CODE_O, answer="f(1)[0] + 2"), True),                       # an input may call f (AZR seeds)
 ]
 F_ATTEMPT = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k in range(10)],
              "outputs": [str(2 * k) for k in range(10)], "message": "doubles"}
