@@ -29,7 +29,6 @@ is replaced by an ast pass keeping imports, defs, classes and assignments; (5) E
 after generation (engines.generate has no stop strings).
 Not covered: pass@k > 1, LiveCodeBench date windows, EvalPlus's base-model (no chat template) prompt.
 """
-import argparse
 import base64
 import json
 import os
@@ -40,6 +39,10 @@ import zlib
 from tqdm import tqdm
 
 import graders
+import logs
+import train
+import verify
+from verify import TASKS
 
 # -----------------------------------------------------------------------------
 config = dict(
@@ -70,6 +73,8 @@ config = dict(
     seed=2,                     # generation seed (greedy, so only ties care)
     tiny_tokens=256,            # new tokens per tiny-world answer (the warm start's are < 150)
     model_cache="out/.tiny",    # where the tiny / tiny-warm bases and tiny.jsonl are built once
+    # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
+    unsafe_sandbox_without_filesystem_isolation=False,
 )
 
 CODE = ("humanevalplus", "mbppplus", "livecodebench")
@@ -77,7 +82,6 @@ MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench"
 MATH7 = MATH6 + ("gsm8k",)                                                        # PopuLoRA adds GSM8K
 BENCHMARKS = CODE + MATH7
 TINY = "tiny"                                  # the laptop world's held-out set
-TASKS = ("code_i", "code_o", "code_f")         # its task types (verify.TASKS)
 # where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split); EvalPlus's own
 # release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's raw files (release_v5 = 1..5)
 SOURCES = {"aime24": ("HuggingFaceH4/aime_2024", None, "train"), "aime25": ("math-ai/aime25", None, "test"),
@@ -96,11 +100,8 @@ R1 = ("A conversation between User and Assistant. The user asks a question, and 
 
 
 def parse_config(defaults, argv):
-    """--key value / --key=value for every key, typed like its default (train.py's pattern)."""
-    parser = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0], allow_abbrev=False)
-    for key, value in defaults.items():
-        parser.add_argument(f"--{key}", type=type(value), default=value)
-    return vars(parser.parse_args(argv))  # unknown flags and bad values: argparse says why, exits 2
+    """train.py's CLI pattern: --key value / --key=value for every key, typed like its default."""
+    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0])
 
 
 def check_config(cfg):
@@ -219,7 +220,6 @@ def _tiny_items(rows):
     """Tiny rows (tinyworld.problem_rows) validated in the sandbox, one batched call per task type:
     the problem is the row's proposal plus every key of the verifier's result but valid/reason (the
     gold output(s) and whatever else grading needs)."""
-    import verify
     keys = {"code_i": ("program", "input"), "code_o": ("program", "input"),
             "code_f": ("program", "inputs", "message")}
     items = [None] * len(rows)
@@ -311,7 +311,6 @@ def make_prompt(name, item, cfg):
     instruction + primed python fence (as AZR's converted checkpoints' plain chat template renders it);
     tiny: the student prompt of training (verify.student_prompt)."""
     if name == TINY:
-        import verify
         return verify.student_prompt(item["task"], item["problem"])
     if name in CODE[:2]:
         return ("Please provide a self-contained Python script that solves the following problem in a markdown code "
@@ -386,14 +385,12 @@ def extract_code(name, response):
 
 def extract_tiny(task, response):
     """The student's answer as training parses it (verify.parse_student); "" for a format error."""
-    import verify
     return verify.parse_student(task, response) or ""
 
 
 def grade_tiny(items, answers):
     """Tiny answers [(item index, answer)] graded by verify.grade in the sandbox, one call per task
     type, with the validated problem (its gold) plus the answer; "" is a format error."""
-    import verify
     verdicts = [None] * len(answers)
     for task in TASKS:
         index = [n for n, (k, _) in enumerate(answers) if items[k]["task"] == task]
@@ -481,18 +478,19 @@ def load_rows(cfg):
     return engine, rows, {m["name"]: m["role"] for m in own}, state
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return round(sum(values) / len(values), 2) if values else None
+def average(values):
+    """The table's averages: the mean of the scores present (None = not run), to 2 decimals."""
+    value = logs.mean(values)
+    return None if value is None else round(value, 2)
 
 
 def summarize(scores, roles):
     """Per row: averages (code, math over AZR's six, math over seven, overall = mean of code and math-6); table
     rows: base, baseline, population mean, best teacher, best student, weakest member (by overall)."""
     for s in scores.values():
-        s.update(code_avg=_mean(s.get(b) for b in CODE), math_avg6=_mean(s.get(b) for b in MATH6),
-                 math_avg7=_mean(s.get(b) for b in MATH7))
-        s["overall"] = _mean([s["code_avg"], s["math_avg6"]])
+        s.update(code_avg=average(s.get(b) for b in CODE), math_avg6=average(s.get(b) for b in MATH6),
+                 math_avg7=average(s.get(b) for b in MATH7))
+        s["overall"] = average([s["code_avg"], s["math_avg6"]])
         if s["overall"] is None:   # only the tiny benchmark was run
             s["overall"] = s.get(TINY)
     members = [r for r in roles if r in scores]
@@ -500,7 +498,7 @@ def summarize(scores, roles):
     table = {"base": dict(scores["base"], row="base")}
     if "baseline" in scores:
         table["baseline"] = dict(scores["baseline"], row="baseline")
-    table["population mean"] = dict({k: _mean(scores[r].get(k) for r in members) for k in keys}, row="mean")
+    table["population mean"] = dict({k: average(scores[r].get(k) for r in members) for k in keys}, row="mean")
     key = lambda r: scores[r]["overall"] if scores[r]["overall"] is not None else -1.0   # noqa: E731
     for label, pool, pick in (("best teacher", "teacher", max), ("best student", "student", max),
                               ("weakest member", None, min)):
@@ -535,6 +533,8 @@ def _save(path, text):
 def evaluate(cfg):
     """Load, generate (one batched call per benchmark for every row), grade, write eval.json and eval.md."""
     import engines
+    # no benchmark code runs without filesystem isolation, unless the user accepts the risk by name
+    verify.require_isolation(cfg["unsafe_sandbox_without_filesystem_isolation"])
     names = benchmark_names(cfg["benchmarks"])
     data, skipped = {}, {}
     for name in names:   # data problems first: no model is loaded for a run that cannot finish

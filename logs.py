@@ -14,8 +14,9 @@ import verify
 
 
 def mean(values):
-    """The mean, or None (null in JSON) when there is nothing to average this step."""
-    values = [float(v) for v in values]
+    """The mean of the values that are not None, or None (null in JSON) when there are none. The one
+    mean of the project: train.py, evaluate.py and report.py use it."""
+    values = [float(v) for v in values if v is not None]
     if not values:
         return None
     return sum(values) / len(values)

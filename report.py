@@ -23,7 +23,9 @@ import matplotlib
 matplotlib.use("Agg")   # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-TASKS = ("code_i", "code_o", "code_f")
+import logs  # noqa: E402
+from verify import TASKS  # noqa: E402
+
 AXES = ("ast_depth", "cyclomatic", "loc", "variables")
 STYLES = ("-", "--", ":", "-.")   # one line style per run, one colour per series
 
@@ -208,8 +210,9 @@ def draw_all(runs, out):
 
 
 def _mean(values):
-    values = [v for v in values if isinstance(v, (int, float))]
-    return sum(values) / len(values) if values else math.nan
+    """logs.mean, with NaN (a gap in a figure) for nothing to average."""
+    value = logs.mean(v for v in values if isinstance(v, (int, float)))
+    return math.nan if value is None else value
 
 
 def main(argv):

@@ -99,6 +99,8 @@ config = dict(
     teacher_reward_unsolved=0.0,    # reward for a valid problem never solved (AZR code: -0.5)
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
     validate_timeout=5.0,           # seconds per sandboxed run
+    # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
+    unsafe_sandbox_without_filesystem_isolation=False,
     archive_cap=16384,              # problems kept per task type; the oldest are evicted
     seed_archive="",                # AZR seed JSONL files, comma-separated; "" = identity program
     evolve_every=10,                # steps between evolution events; -1 = never
@@ -714,6 +716,20 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
 
 # ----------------------------------------------------------------------------- main
 
+def upgrade_archive(problems, cfg):
+    """An archive saved before problems carried their gold encodings (verify.py grades against those):
+    each such problem is validated again and gets its gold; one no longer valid is dropped. A current
+    archive comes back unchanged, nothing run."""
+    upgraded = {}
+    for task, items in problems.items():
+        filled = verify.add_golds(task, items, cfg["validate_timeout"])
+        upgraded[task] = [p for p in filled if p is not None]
+        dropped = len(items) - len(upgraded[task])
+        if dropped:
+            logs.print0(f"resume: {dropped} {task} problems of the old archive are no longer valid")
+    return upgraded
+
+
 def member_roles(cfg):
     if cfg["baseline"]:
         return ["both"]
@@ -738,6 +754,9 @@ def main(cfg):
     if device.startswith("cuda"):
         # before loading 15 GB: stop with the plan's table when this configuration cannot fit
         plan.check_fits(dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing), roles)
+    # model-written code runs only where the sandbox isolates the filesystem, unless the user
+    # accepts the risk by name (every rank starts its own sandbox pool)
+    verify.require_isolation(cfg["unsafe_sandbox_without_filesystem_isolation"])
     # decisions (matches, references, top-ups) are drawn on rank 0 only and broadcast
     rng = random.Random(cfg["seed"])
 
@@ -785,6 +804,7 @@ def main(cfg):
         start, next_id = state["step"], state["next_id"]
         version, internal, gauss = state["decisions_rng"]
         rng.setstate((version, tuple(internal), gauss))
+        problems = upgrade_archive(problems, cfg)
     try:
         engine = engines.make_engine(cfg["engine"], folder, model, tokenizer, members,
                                      dict(cfg, dtype=dtype))

@@ -324,3 +324,18 @@ def test_vllm_engine_end_to_end(tiny_dir, tmp_path):
     check_metrics(read_jsonl(tmp_path / "metrics.jsonl"), 2, ["t0"], ["s0"])
     assert [m["role"] for m in result["members"]] == ["teacher", "student"]
     assert (tmp_path / "step_000002" / "adapters" / "t0" / "adapter_model.safetensors").exists()
+
+
+def test_old_archive_without_golds_is_upgraded_on_resume():
+    """A checkpoint from before problems carried gold encodings: resume validates them again; each gets
+    the gold a fresh validation gives, and one no longer valid is dropped (not graded against nothing)."""
+    import archive
+
+    def check(jobs):
+        return train.run_verify(verify.validate, jobs, 5.0)
+    problems, _ = archive.seed_archive(os.path.join(FIXTURES, "train_seeds.jsonl"), check)
+    old = {task: [{k: v for k, v in p.items() if k != "gold"} for p in items] for task, items in problems.items()}
+    old["code_o"].append(dict(old["code_o"][0], output="'not what it returns'"))
+    upgraded = train.upgrade_archive(old, dict(train.config))
+    assert upgraded == problems
+    assert train.upgrade_archive(problems, dict(train.config)) == problems
