@@ -68,11 +68,17 @@ def pool_cpu_s():
     """CPU seconds so far of this process, the zygotes and their reaped children (all work done for us)."""
     total, tick = sum(os.times()[:2]), os.sysconf("SC_CLK_TCK")
     for w in sandbox._pool["workers"]:
-        try:
-            fields = open(f"/proc/{w['proc'].pid}/stat").read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+        pids = [w["proc"].pid]
+        try:   # without root the zygote proper is the child of the process we started (a PID namespace's init)
+            pids += [int(p) for p in open(f"/proc/{pids[0]}/task/{pids[0]}/children").read().split()]
         except OSError:
             pass
+        for pid in pids:
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+            except OSError:
+                pass
     return total
 
 

@@ -1,6 +1,6 @@
-"""Run by tests/test_sandbox_modes.py as the user of one mode (root; root without CAP_SYS_ADMIN; an unprivileged
-user), from a world-readable copy of sandbox.py and verify.py: every route we know to read, delete or write
-files, tried by proposals, answers and benchmark code, with the static screen switched off.
+"""Run by tests/test_sandbox_modes.py as the user of one mode (root; root without CAP_SYS_ADMIN; an
+unprivileged user), from a world-readable copy of sandbox.py and verify.py: every route we know to
+read, delete or write files, tried by proposals, answers and benchmark code, with the screen off.
 
   python sandbox_modes_probe.py SECRET [SECRET ...] --public DIR   -> one JSON line
 """
@@ -11,12 +11,13 @@ import sys
 import sandbox
 import verify
 
-SECRET_TEXT = "populora-secret-" + "token"   # what the secret files hold (not in any program's text)
+# what the secret files hold (built, so that it is in no program's text)
+SECRET_TEXT = "populora-secret-" + "token"
 
 
 def routes(path, public):
-    """Expressions that try to read (value: the text), delete or change the file at `path`, or write into
-    `public` (a world-writable folder the children can see)."""
+    """Expressions that try to read (value: the text), delete or change the file at `path`, or write
+    into `public` (a world-writable folder the children can see)."""
     read = [f"open({path!r}).read()",
             f"__import__('codecs').open({path!r}).read()",
             f"__import__('tarfile').bltn_open({path!r}).read()",
@@ -46,10 +47,12 @@ def main():
     verify._screen = verify._nodes                # the screen off: only the runtime layers stand
     expressions = [e for path in secrets for e in routes(path, public)]
     proposals = [{"program": f"def f(x):\n    return {e}", "input": "1"} for e in expressions]
-    answers = [{"program": "def f(x):\n    return x", "input": "1", "output": "1", "gold": ["int", "1"],
-                "answer": e} for e in expressions]
+    problem = {"program": "def f(x):\n    return x", "input": "1", "output": "1",
+               "gold": ["int", "1"]}
+    answers = [dict(problem, answer=e) for e in expressions]
     jobs = [{"code": f"print({e})"} for e in expressions]
-    results = verify.validate("code_o", proposals) + verify.grade("code_o", answers) + verify.execute(jobs)
+    results = verify.validate("code_o", proposals) + verify.grade("code_o", answers)
+    results += verify.execute(jobs)
     text = json.dumps(results)
     intact = []
     for path in secrets:
@@ -62,7 +65,8 @@ def main():
                              {"code": "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
                                       "s.connect(('127.0.0.1', 1))"},
                              {"code": "import os\nprint(os.getuid())"}])
-    print(json.dumps({"euid": os.geteuid(), "layers": {k: v for k, v in lay.items() if isinstance(v, bool)},
+    flags = {k: v for k, v in lay.items() if isinstance(v, bool)}
+    print(json.dumps({"euid": os.geteuid(), "layers": flags,
                       "why": lay["why"], "leaked": SECRET_TEXT in text, "intact": intact,
                       "public": sorted(os.listdir(public)), "runs": len(results),
                       "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],

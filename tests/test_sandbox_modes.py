@@ -1,7 +1,8 @@
-"""Issue 16: the sandbox in the three ways researchers run it, arranged here with setpriv from a root session (as
-CI runs): as root; as root without CAP_SYS_ADMIN (a default Docker container); as an unprivileged user. In each,
-a file of the invoking user (mode 0600) is neither read nor changed by any route (tests/sandbox_modes_probe.py),
-nothing is written outside a child's own folders, and the layer report matches what was enforced."""
+"""Issue 16: the sandbox in the three ways researchers run it, arranged with setpriv from a root
+session (as CI runs): as root; as root without CAP_SYS_ADMIN (a default Docker container); as an
+unprivileged user. In each, a file of the invoking user (mode 0600) is neither read nor changed by any
+route (tests/sandbox_modes_probe.py), nothing is written outside a child's own folders, and the layer
+report matches what was enforced."""
 import importlib.util
 import json
 import os
@@ -32,8 +33,8 @@ def arrangeable(mode):
 
 @pytest.fixture(scope="module")
 def tree():
-    """A world-readable copy of the sandbox, verify.py, the probe and the pinned bindings (an unprivileged user
-    cannot read a Python installed under /root, nor this checkout wherever it is)."""
+    """A world-readable copy of the sandbox, verify.py, the probe and the pinned bindings (an
+    unprivileged user cannot read a Python installed under /root, nor this checkout wherever it is)."""
     base = tempfile.mkdtemp(prefix="populora-modes-", dir="/tmp")
     code = os.path.join(base, "code")
     os.mkdir(code)
@@ -54,11 +55,12 @@ def tree():
 
 
 def python_for(mode):
-    """The interpreter this mode's user can run: ours as root; a world-readable python3 otherwise."""
+    """The interpreter this mode's user can run: ours as root, else a world-readable python3."""
     if mode != "unprivileged":
         return sys.executable
+    # zygotes start sys.executable again: it must run as that user too
     check = "import subprocess, sys\nassert sys.version_info >= (3, 10)\n" \
-            "subprocess.run([sys.executable, '-c', 'import json'], check=True)"   # zygotes start it again
+            "subprocess.run([sys.executable, '-c', 'import json'], check=True)"
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable):
         probe = subprocess.run(MODES[mode] + [candidate, "-c", check], capture_output=True, cwd="/")
         if probe.returncode == 0:
@@ -67,8 +69,8 @@ def python_for(mode):
 
 
 def secrets(base, uid):
-    """Secret files of the invoking user (mode 0600, in a 0700 folder of theirs): one under /tmp, one in a
-    folder the children can see (not a private tmpfs of the mount namespace)."""
+    """Secret files of the invoking user (mode 0600, in a 0700 folder of theirs): one under /tmp, one
+    in a folder the children can see (not a private tmpfs of the mount namespace)."""
     folders = [os.path.join(base, f"home-{uid}")]
     for visible in ("/var/lib", "/opt", "/srv", "/mnt"):
         if os.path.isdir(visible) and os.access(visible, os.W_OK):
@@ -101,8 +103,9 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     os.chmod(public, 0o777)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folders[0], "LANG": "C.UTF-8"}
     try:
-        proc = subprocess.run(MODES[mode] + [python, "sandbox_modes_probe.py", *paths, "--public", public],
-                              cwd=os.path.join(tree, "code"), env=env, capture_output=True, text=True, timeout=300)
+        command = MODES[mode] + [python, "sandbox_modes_probe.py", *paths, "--public", public]
+        proc = subprocess.run(command, cwd=os.path.join(tree, "code"), env=env, capture_output=True,
+                              text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = json.loads(proc.stdout.splitlines()[-1])
         print(mode, json.dumps(report))
@@ -115,16 +118,20 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     assert not report["leaked"] and report["intact"] == [True] * len(paths), report
     assert report["public"] == [] and public_left == [], report
     # the report matches what was enforced
-    assert lay["filesystem_isolation"] and lay["landlock"] and lay["seccomp"] and lay["no_fork"], report["why"]
-    assert not report["etc_readable"]                            # Landlock: nothing outside the interpreter's
+    assert lay["filesystem_isolation"] and lay["landlock"], report["why"]
+    assert lay["seccomp"] and lay["no_fork"], report["why"]
+    # Landlock: nothing readable outside the interpreter's folders
+    assert not report["etc_readable"]
     if lay["network_namespace"]:
-        assert "unreachable" in report["net_error"] or "Cannot assign" in report["net_error"], report
+        error = report["net_error"]
+        assert "unreachable" in error or "Cannot assign" in error, report
     if mode == "root":
         assert lay["mount_namespace"] and lay["uid_drop"] and report["child_uid"] != "0"
     if mode == "root_without_cap_sys_admin":
         assert not lay["mount_namespace"] and "refused" in report["why"]["mount_namespace"]
     if mode == "unprivileged":
-        assert report["euid"] == NOBODY and report["child_uid"] == str(NOBODY) and not lay["uid_drop"]
+        assert report["euid"] == NOBODY and report["child_uid"] == str(NOBODY)
+        assert not lay["uid_drop"]
         assert lay["pid_namespace"] == lay["mount_namespace"]   # both come with the user namespace
 
 
@@ -146,8 +153,8 @@ def test_start_up_refuses_without_filesystem_isolation(monkeypatch, capsys):
 
 
 def test_layers_cli_says_why_for_every_layer():
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "verify.py"), "layers"], capture_output=True, text=True,
-                         timeout=120)
+    command = [sys.executable, os.path.join(ROOT, "verify.py"), "layers"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = [line.split(None, 2) for line in out.stdout.splitlines()[:-1]]
     names = {name for _, name, _ in rows}
