@@ -66,6 +66,7 @@ import logs
 import plan
 import population
 import ratings
+import tinyworld
 import verify
 
 # ----------------------------------------------------------------------------- config
@@ -716,6 +717,36 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
 
 # ----------------------------------------------------------------------------- main
 
+def load_population(cfg, roles, dtype, device, checkpointing):
+    """The frozen base and one LoRA adapter per member on it: (folder, model, tokenizer, members).
+    Every member's initialisation is seeded by (seed, slot), so it is the same on every rank."""
+    try:
+        folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
+        base, tokenizer = population.load_base(folder, dtype, device)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
+    model, members = population.init_population(base, tokenizer, cfg, roles)
+    if checkpointing:
+        # activations of one layer at a time; population.active keeps a member's adapter on
+        # through backward
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # the HF engine switches to eval for generation and back
+    model.train()
+    return folder, model, tokenizer, members
+
+
+def restore(resume, model, members, optimizers, rng, cfg):
+    """Every rank reads the same checkpoint: weights, optimizer states, ratings, lineage and RNG
+    states in place. Returns (archive, the step to start at, the next member id)."""
+    try:
+        state, problems = population.load_checkpoint(resume, model, members, optimizers)
+    except ValueError as e:
+        raise SystemExit(f"--resume: {e}")
+    version, internal, gauss = state["decisions_rng"]
+    rng.setstate((version, tuple(internal), gauss))
+    return upgrade_archive(problems, cfg), state["step"], state["next_id"]
+
+
 def upgrade_archive(problems, cfg):
     """An archive saved before problems carried their gold encodings (verify.py grades against those):
     each such problem is validated again and gets its gold; one no longer valid is dropped. A current
@@ -770,23 +801,13 @@ def main(cfg):
     problems = None
     if not resume:
         # the seed archive before the (slow) model: a bad seed file fails fast
-        problems, line = archive.seed_archive(cfg["seed_archive"], lambda jobs: check(verify.validate, jobs))
+        def validate_seeds(jobs):
+            return check(verify.validate, jobs)
+        problems, line = archive.seed_archive(cfg["seed_archive"], validate_seeds)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank
-    try:
-        folder = tinyworld_folder(cfg)
-        base, tokenizer = population.load_base(folder, dtype, device)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
-    # every member's initialisation is seeded by (seed, slot): the same on every rank
-    model, members = population.init_population(base, tokenizer, cfg, roles)
-    if checkpointing:
-        # activations of one layer at a time; population.active keeps a member's adapter on
-        # through backward
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    # the HF engine switches to eval for generation and back
-    model.train()
+    folder, model, tokenizer, members = load_population(cfg, roles, dtype, device, checkpointing)
 
     def make_optimizer(name):
         # SPEC §5: AdamW, constant lr; every rank holds every member's state (SPEC §9)
@@ -796,15 +817,7 @@ def main(cfg):
     optimizers = {m["name"]: make_optimizer(m["name"]) for m in members}
     start, next_id = 0, len(members)
     if resume:
-        try:
-            # every rank reads the same checkpoint: weights, optimizer states, ratings, RNG states
-            state, problems = population.load_checkpoint(resume, model, members, optimizers)
-        except ValueError as e:
-            raise SystemExit(f"--resume: {e}")
-        start, next_id = state["step"], state["next_id"]
-        version, internal, gauss = state["decisions_rng"]
-        rng.setstate((version, tuple(internal), gauss))
-        problems = upgrade_archive(problems, cfg)
+        problems, start, next_id = restore(resume, model, members, optimizers, rng, cfg)
     try:
         engine = engines.make_engine(cfg["engine"], folder, model, tokenizer, members,
                                      dict(cfg, dtype=dtype))
@@ -911,13 +924,6 @@ def main(cfg):
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
     return {"model": model, "members": members, "archive": problems, "optimizers": optimizers}
-
-
-def tinyworld_folder(cfg):
-    """The folder to load: the built-in tiny bases are built once into model_cache (tinyworld.py);
-    a hub id or a folder is passed through."""
-    import tinyworld
-    return tinyworld.model_folder(cfg["model"], cfg["model_cache"])
 
 
 if __name__ == "__main__":
