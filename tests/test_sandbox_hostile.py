@@ -1,7 +1,7 @@
-"""Reward integrity (issue 12): hostile programs and answers against verify.py/sandbox.py/graders.py, one block per
-class of attack. Every case asserts the safe verdict and that the items batched with it are unaffected. Most run
-with the static screen switched off (`no_screen`): the screen is a validity rule, and no guarantee may rest on it.
-"""
+"""Reward integrity (issue 12): hostile programs and answers against
+verify.py/sandbox.py/graders.py, one block per class of attack. Every case asserts the safe verdict
+and that the items batched with it are unaffected. Most run with the static screen switched off
+(`no_screen`): the screen is a validity rule, and no guarantee may rest on it."""
 import json
 import os
 import subprocess
@@ -15,7 +15,8 @@ import sandbox
 import verify
 from conftest import ROOT
 
-# a result line written by user code itself, to every fd the child may hold (one of them is the result pipe)
+# a result line written by user code itself, to every fd the child may hold (one of them is the
+# result pipe)
 FORGE = ("import os\n"
          "def forge(line):\n"
          "    for fd in range(3, 64):\n"
@@ -49,20 +50,23 @@ F_PROBLEM = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k i
 
 
 def grade_with_controls(task, problem, hostile_answers, right, wrong):
-    """Grade hostile answers in one batch with a right and a wrong answer -> hostile verdicts (the controls
-    are asserted here: the batch is unaffected)."""
+    """Grade hostile answers in one batch with a right and a wrong answer -> hostile verdicts (the
+    controls are asserted here: the batch is unaffected)."""
     attempts = [dict(problem, answer=a) for a in hostile_answers + [right, wrong]]
     res = verify.grade(task, attempts, timeout=2.0)
     assert [r["correct"] for r in res[-2:]] == [True, False], res[-2:]
     return res[:-2]
 
 
-# ----------------------------------------------------------------------------- static-screen bypasses
+# --------------------------------------------------------------------------- static screen bypasses
 
 SCREEN_BYPASSES = [
-    "def f(x):\n    return locals()['x']",                                             # names built at runtime
-    "def f(x):\n    g = getattr\n    return g(x, '__cl' + 'ass__')",                    # an alias of getattr
-    "import collections as c\ndef f(x):\n    m = c\n    m.Counter.__eq__ = None\n    return x",   # module aliased
+    # names built at runtime
+    "def f(x):\n    return locals()['x']",
+    # an alias of getattr
+    "def f(x):\n    g = getattr\n    return g(x, '__cl' + 'ass__')",
+    # module aliased
+    "import collections as c\ndef f(x):\n    m = c\n    m.Counter.__eq__ = None\n    return x",
     "import operator\ndef f(x):\n    return operator.attrgetter('__class__')(x)",
     "from operator import attrgetter as a\ndef f(x):\n    return a('real')(x)",
     "import string\ndef f(x):\n    return string.Formatter().get_field('0.real', [x], {})",
@@ -78,7 +82,8 @@ SCREEN_BYPASSES = [
 
 
 def test_screen_rejects_the_known_bypasses():
-    res = verify.validate("code_o", [{"program": p, "input": "1"} for p in SCREEN_BYPASSES] + [CODE_O])
+    proposals = [{"program": p, "input": "1"} for p in SCREEN_BYPASSES]
+    res = verify.validate("code_o", proposals + [CODE_O])
     assert [r["valid"] for r in res] == [False] * len(SCREEN_BYPASSES) + [True], \
         [(p, r["reason"]) for p, r in zip(SCREEN_BYPASSES, res)]
     assert all(r["reason"] and not r["reason"].startswith("error") for r in res[:-1])
@@ -104,13 +109,13 @@ def test_file_readers_read_nothing_private_even_without_the_screen(no_screen, tm
 def test_code_o_answers_cannot_forge_a_grade(no_screen):
     problem = golden("code_o", [CODE_O])[0]
     hostile = [
-        # a result line of the old protocol ("equal": true) and of the new one, written by the answer itself
+        # a result line of the old protocol ("equal": true) and of the new one, written by the
+        # answer itself
         f"(exec({FORGE!r} + 'forge({forged([True])!r})'), 0)",
         f"(exec({FORGE!r} + 'forge({forged([True, True])!r})'), 0)",
         f"(exec({FORGE!r} + 'forge({forged([None])!r})'), 0)",
         # an always-equal object, and a stdlib class patched to be always equal
         "type('E', (), {'__eq__': lambda s, o: True})()",
-        "(__import__('collections').Counter.__setattr__('__eq__', lambda s, o: True) if False else 0) or "
         "exec('import collections\\ncollections.UserList.__eq__ = lambda s, o: True') or "
         "__import__('collections').UserList()",
     ]
@@ -123,8 +128,10 @@ def test_code_i_answers_cannot_forge_a_grade(no_screen):
     problem = golden("code_i", [CODE_O])[0]
     gold_line = forged([problem["gold"]])
     hostile = [
-        f"exec({FORGE!r} + 'forge({gold_line!r})')",                        # claims f(answer) == the gold
-        "setattr(f, '__code__', (lambda x: [3, 6]).__code__) or 0",          # swaps f while arguments are made
+        # claims f(answer) == the gold
+        f"exec({FORGE!r} + 'forge({gold_line!r})')",
+        # swaps f while arguments are made
+        "setattr(f, '__code__', (lambda x: [3, 6]).__code__) or 0",
         "__import__('sys').modules['__main__'].__dict__.update(f=lambda x: [3, 6]) or 0",
         f"exec({FORGE!r} + 'forge({forged([True])!r})')",
     ]
@@ -134,21 +141,26 @@ def test_code_i_answers_cannot_forge_a_grade(no_screen):
 
 def test_code_f_programs_cannot_forge_a_grade(no_screen):
     problem = golden("code_f", [F_PROBLEM])[0]
-    frames = "import sys\ndef f(x):\n    return sys._getframe(1).f_locals['golds'][0]"   # golds in the frame
+    # golds in the frame
+    frames = "import sys\ndef f(x):\n    return sys._getframe(1).f_locals['golds'][0]"
     hostile = [
         FORGE + f"forge({forged([True] * 5)!r})\ndef f(x):\n    return 0",
         FORGE + f"forge({forged([['int', '0']] * 5)!r})\ndef f(x):\n    return 0",
         frames,
         "import collections\nclass E(list):\n    def __eq__(self, o):\n        return True\n"
-        "collections.Counter = E\ndef f(x):\n    return collections.Counter()",        # planted in a stdlib module
-        "import fractions as m\nm.Fraction.__eq__ = lambda s, o: True\ndef f(x):\n    return m.Fraction(1, 3)",
+        # planted in a stdlib module
+        "collections.Counter = E\ndef f(x):\n    return collections.Counter()",
+        "import fractions as m\nm.Fraction.__eq__ = lambda s, o: True\n"
+        "def f(x):\n    return m.Fraction(1, 3)",
     ]
-    res = grade_with_controls("code_f", problem, hostile, "def f(x):\n    return x + x", "def f(x):\n    return x")
+    right, wrong = "def f(x):\n    return x + x", "def f(x):\n    return x"
+    res = grade_with_controls("code_f", problem, hostile, right, wrong)
     assert [r["correct"] for r in res] == [False] * len(hostile), res
 
 
 def test_parent_side_equality_table():
-    """verify.equal is Python's == on the decoded values (AZR's semantics), on encodings the children made."""
+    """verify.equal is Python's == on the decoded values (AZR's semantics), on encodings the
+    children made."""
     cases = [   # (gold expression, value expression, equal)
         ("{'a': 1, 'b': 2}", "{'b': 2, 'a': 1}", True),
         ("{1, 2, 3}", "{3, 2, 1}", True),
@@ -160,21 +172,26 @@ def test_parent_side_equality_table():
         ("[1, [2, (3, {'x': {4}})]]", "[1, [2, (3, {'x': {4}})]]", True),
         ("[1, [2, (3, {'x': {4}})]]", "[1, [2, [3, {'x': {4}}]]]", False),
         ("(1, 2)", "[1, 2]", False), ("[]", "()", False),
-        ("Counter('aab')", "{'a': 2, 'b': 1}", True), ("Counter('aab')", "Counter({'b': 1, 'a': 2})", True),
+        ("Counter('aab')", "{'a': 2, 'b': 1}", True),
+        ("Counter('aab')", "Counter({'b': 1, 'a': 2})", True),
         ("OrderedDict([(1, 2), (3, 4)])", "OrderedDict([(3, 4), (1, 2)])", False),
         ("OrderedDict([(1, 2), (3, 4)])", "{3: 4, 1: 2}", True),
         ("deque([1, 2])", "deque([1, 2])", True), ("deque([1, 2])", "[1, 2]", False),
         ("defaultdict(list, {1: [2]})", "{1: [2]}", True),
         ("b'ab'", "b'ab'", True), ("b'ab'", "'ab'", False), ("b'ab'", "bytearray(b'ab')", True),
-        ("2 ** 200", "2 ** 200", True), ("2 ** 200", "2 ** 200 + 1", False), ("-(2 ** 70)", "-(2 ** 70)", True),
+        ("2 ** 200", "2 ** 200", True), ("2 ** 200", "2 ** 200 + 1", False),
+        ("-(2 ** 70)", "-(2 ** 70)", True),
         ("Fraction(1, 2)", "0.5", True), ("Decimal('1.10')", "Decimal('1.1')", True),
-        ("1 + 2j", "complex(1, 2)", True), ("range(3)", "range(0, 3)", True), ("None", "None", True),
+        ("1 + 2j", "complex(1, 2)", True), ("range(3)", "range(0, 3)", True),
+        ("None", "None", True),
         ("'a'", "'a '", False), ("'\\udcff'", "'\\udcff'", True), ("...", "...", True),
     ]
-    code = "from collections import Counter, OrderedDict, deque, defaultdict\nfrom fractions import Fraction\n" \
-           "from decimal import Decimal\n"
+    code = ("from collections import Counter, OrderedDict, deque, defaultdict\n"
+            "from fractions import Fraction\nfrom decimal import Decimal\n")
     exprs = [e for g, v, _ in cases for e in (g, v)]
-    runs = sandbox.run([{"code": code, "imports": code, "calls": [f"(\n{e}\n)"], "mode": "encode"} for e in exprs])
+    job = {"code": code, "imports": code, "mode": "encode"}
+    jobs = [dict(job, calls=[f"(\n{e}\n)"]) for e in exprs]
+    runs = sandbox.run(jobs)
     assert all(r["ok"] for r in runs), [r["error"] for r in runs if not r["ok"]]
     for k, (gold, value, same) in enumerate(cases):
         g, v = runs[2 * k]["values"][0], runs[2 * k + 1]["values"][0]
@@ -182,21 +199,25 @@ def test_parent_side_equality_table():
         assert json.loads(json.dumps(g)) == g                       # archive-safe
     namespace = {}
     exec(code, namespace)
-    for k, e in enumerate(exprs):                 # decode is exact, not just == (a defaultdict's factory aside)
+    # decode is exact, not just == (a defaultdict's factory aside)
+    for k, e in enumerate(exprs):
         want = eval(e, namespace)
         got = verify.decode(runs[k]["values"][0])
-        assert type(got) is type(want) and (repr(got) == repr(want) or e.startswith("defaultdict")), e
+        assert type(got) is type(want), e
+        assert repr(got) == repr(want) or e.startswith("defaultdict"), e
 
 
 def test_encodings_refuse_what_is_not_plain():
     code = "import collections\nclass I(int):\n    pass\nclass D(dict):\n    pass\n" \
            "x = []\nx.append(x)\ndeep = []\nfor _ in range(500):\n    deep = [deep]\n"
-    exprs = ["I(3)", "D()", "x", "deep", "object()", "print", "collections.UserList()", "[0] * 10**6", "'a' * 10**7"]
+    exprs = ["I(3)", "D()", "x", "deep", "object()", "print", "collections.UserList()",
+             "[0] * 10**6", "'a' * 10**7"]
     runs = sandbox.run([{"code": code, "calls": [e], "mode": "encode"} for e in exprs] + [
         {"code": code, "calls": ["[1]"], "mode": "encode"}])
     assert [r["ok"] for r in runs] == [False] * len(exprs) + [True], [r["error"] for r in runs]
-    bad = [None, [], ["int"], ["int", 5], ["list", "x"], ["dict", [[["list", []], ["None"]]]], ["nope"],
-           ["str", "a", "b"], ["Fraction", "1", "0"], ["float", "0x1p+99999"], ["int", "1" * 2 * 10**6], deep_list(200)]
+    bad = [None, [], ["int"], ["int", 5], ["list", "x"], ["dict", [[["list", []], ["None"]]]],
+           ["nope"], ["str", "a", "b"], ["Fraction", "1", "0"], ["float", "0x1p+99999"],
+           ["int", "1" * 2 * 10**6], deep_list(200)]
     for enc in bad:
         with pytest.raises(ValueError):
             verify.decode(enc)
@@ -215,16 +236,21 @@ def deep_list(depth):
 def test_validity_results_are_checked_in_the_parent(no_screen):
     body = "\ndef f(x):\n    return 1"
     hostile = [
-        FORGE + f"forge({forged([1])!r})" + body,                                 # a value that is not a string
+        # a value that is not a string
+        FORGE + f"forge({forged([1])!r})" + body,
         FORGE + f"forge({forged([['1']])!r})" + body,                             # no encoding
-        FORGE + f"forge({forged([['1', ['int', 'zz']]])!r})" + body,              # a broken encoding
-        FORGE + f"forge({forged([['x' * 3000, ['str', 'x']]])!r})" + body,        # repr over the cap
-        FORGE + f"forge({forged(['1', '2'])!r})" + body,                          # two values for one call
+        # a broken encoding
+        FORGE + f"forge({forged([['1', ['int', 'zz']]])!r})" + body,
+        # repr over the cap
+        FORGE + f"forge({forged([['x' * 3000, ['str', 'x']]])!r})" + body,
+        # two values for one call
+        FORGE + f"forge({forged(['1', '2'])!r})" + body,
         "import os\nos.write(5, b'{}')" + body,
     ]
     res = verify.validate("code_o", [{"program": p, "input": "1"} for p in hostile] + [CODE_O])
     assert [r["valid"] for r in res] == [False] * len(hostile) + [True], [r["reason"] for r in res]
-    assert res[-1]["output"] == "[3, 6]" and res[-1]["gold"] == ["list", [["int", "3"], ["int", "6"]]]
+    assert res[-1]["output"] == "[3, 6]"
+    assert res[-1]["gold"] == ["list", [["int", "3"], ["int", "6"]]]
 
 
 # ----------------------------------------------------------------------------- batch crashes
@@ -235,16 +261,19 @@ BAD_LINES = ['{"ok": true, "error": "", "stdout": "", "values": null}\n',
              '{"ok": true, "error": "", "stdout": "", "values": [{"a": 1}]}\n',
              '{"ok": true, "error": 5, "stdout": [], "values": [1]}\n',
              '{"ok": "yes", "error": "", "stdout": "", "values": [true]}\n',
-             '{"ok": true, "error": "", "stdout": "", "values": ' + "[" * 100_000 + "]" * 100_000 + '}\n',
+             '{"ok": true, "error": "", "stdout": "", "values": ' + "[" * 100_000 + "]" * 100_000
+             + '}\n',
              '[1, 2]\n', 'not json\n', '{"ok": true}\n{"ok": true}\n', '\n']
 
 
 def test_malformed_result_lines_fail_their_item_only(no_screen):
     programs = [FORGE + f"forge({line!r})\ndef f(x):\n    return x" for line in BAD_LINES]
     res = verify.validate("code_o", [{"program": p, "input": "3"} for p in programs] + [CODE_O])
-    assert [r["valid"] for r in res] == [False] * len(BAD_LINES) + [True], [r["reason"] for r in res]
+    verdicts = [r["valid"] for r in res]
+    assert verdicts == [False] * len(BAD_LINES) + [True], [r["reason"] for r in res]
     f_problem = golden("code_f", [F_PROBLEM])[0]
-    res = grade_with_controls("code_f", f_problem, programs, "def f(x):\n    return 2 * x", "def f(x):\n    return 1")
+    right, wrong = "def f(x):\n    return 2 * x", "def f(x):\n    return 1"
+    res = grade_with_controls("code_f", f_problem, programs, right, wrong)
     assert [r["correct"] for r in res] == [False] * len(BAD_LINES)
     answers = [f"exec({FORGE!r} + 'forge({line!r})')" for line in BAD_LINES]
     problem = golden("code_i", [CODE_O])[0]
@@ -263,32 +292,36 @@ def test_forged_mark_lines_fail_their_program_only():
              "[" * 100_000 + "]" * 100_000]
     hostile = []
     for mark in marks:
-        hostile.append("import sys\n" + head + f"    sys.__stdout__.write({graders.MARK + mark!r} + '\\n')\n"
-                       "    raise SystemExit\n")
-    programs = [(0, code) for code in hostile] + [(0, items[0]["canonical"]), (0, head + "    return False\n")]
+        write = f"    sys.__stdout__.write({graders.MARK + mark!r} + '\\n')\n"
+        hostile.append("import sys\n" + head + write + "    raise SystemExit\n")
+    programs = [(0, code) for code in hostile]
+    programs += [(0, items[0]["canonical"]), (0, head + "    return False\n")]
     verdicts = graders.grade_evalplus("humanevalplus", items, programs, EVAL_CFG)
     assert [v["correct"] for v in verdicts] == [False] * len(hostile) + [True, False], verdicts
 
 
 def graders_items():
     import evaluate
-    return evaluate.load_benchmark("humanevalplus", os.path.join(ROOT, "tests", "fixtures", "bench"))[:1]
+    folder = os.path.join(ROOT, "tests", "fixtures", "bench")
+    return evaluate.load_benchmark("humanevalplus", folder)[:1]
 
 
-EVAL_CFG = {"min_time_limit": 1.0, "time_limit_factor": 4.0, "task_timeout": 20.0, "reference_timeout": 60.0,
-            "memory_mb": 1024, "lcb_timeout": 2.0}
+EVAL_CFG = {"min_time_limit": 1.0, "time_limit_factor": 4.0, "task_timeout": 20.0,
+            "reference_timeout": 60.0, "memory_mb": 1024, "lcb_timeout": 2.0}
 
 
 def test_switching_off_the_alarm_does_not_buy_time():
     """The per-input alarm is the program's to switch off; the CPU the kernel counted is not."""
     items = graders_items()
-    cheat = ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.setitimer = lambda *a: None\n"
-             "spent = []\n" + items[0]["canonical"] + "\n_right = has_close_elements\n"
+    cheat = ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+             "signal.setitimer = lambda *a: None\nspent = []\n" + items[0]["canonical"]
+             + "\n_right = has_close_elements\n"
              "def has_close_elements(numbers, threshold):\n    if not spent:\n        import time\n"
              "        end = time.process_time() + 2.5\n        while time.process_time() < end:\n"
              "            pass\n        spent.append(1)\n    return _right(numbers, threshold)\n")
     cfg = dict(EVAL_CFG, min_time_limit=0.05, time_limit_factor=1.0, task_timeout=0.5)
-    verdicts = graders.grade_evalplus("humanevalplus", items, [(0, cheat), (0, items[0]["canonical"])], cfg)
+    programs = [(0, cheat), (0, items[0]["canonical"])]
+    verdicts = graders.grade_evalplus("humanevalplus", items, programs, cfg)
     assert [v["correct"] for v in verdicts] == [False, True], verdicts
     assert "time" in verdicts[0]["reason"], verdicts[0]
 
@@ -304,7 +337,8 @@ def test_no_state_survives_from_one_run_to_the_next(monkeypatch):
     one_zygote(monkeypatch)
     plant = ("import os, posix\n"                    # posix: the functions layer 3 took from os
              "for d in ('/tmp', '/var/tmp', '/dev/shm', '.', os.environ.get('TMPDIR', '.')):\n"
-             "    try:\n        open(d + '/marker', 'w').close()\n    except OSError:\n        pass\n"
+             "    try:\n        open(d + '/marker', 'w').close()\n"
+             "    except OSError:\n        pass\n"
              "    try:\n        posix.mkdir(d + '/dir')\n    except OSError:\n        pass\n")
     look = ("import os\nseen = []\n"
             "for d in ('/tmp', '/var/tmp', '/dev/shm', '.'):\n"
@@ -312,8 +346,7 @@ def test_no_state_survives_from_one_run_to_the_next(monkeypatch):
     deep = ("import posix\nfor _ in range(3000):\n    posix.mkdir('d')\n    posix.chdir('d')\n"
             "for _ in range(300):\n    open('%d' % _, 'w').close()\nprint('deep')")
     try:
-        jobs = [{"code": plant, "family": 0}, {"code": look, "family": 0}, {"code": deep, "family": 0},
-                {"code": look, "family": 0}, {"code": "print('ran')", "family": 0}]
+        jobs = [{"code": code, "family": 0} for code in (plant, look, deep, look, "print('ran')")]
         res = sandbox.run(jobs)
     finally:
         sandbox.shutdown()
@@ -322,7 +355,8 @@ def test_no_state_survives_from_one_run_to_the_next(monkeypatch):
 
 
 def test_no_earlier_result_is_left_in_a_zygote(monkeypatch):
-    """Results pass through a buffer the zygote gives back after each job; its heap holds none of them."""
+    """Results pass through a buffer the zygote gives back after each job; its heap holds none of
+    them."""
     if os.geteuid() != 0:
         pytest.skip("reads the zygote's memory through /proc (root)")
     one_zygote(monkeypatch)
@@ -330,8 +364,8 @@ def test_no_earlier_result_is_left_in_a_zygote(monkeypatch):
     make = f"print(''.join(['{marker[:8]}', '{marker[8:]}']) * 3)"
     try:
         res = sandbox.run([{"code": make, "family": 0}, {"code": "print(1)", "family": 0}] +
-                          [{"code": f"def f(x):\n    return '{marker[:8]}' + x", "calls": [f"f('{marker[8:]}!')"],
-                            "mode": "repr", "family": 0}])
+                          [{"code": f"def f(x):\n    return '{marker[:8]}' + x",
+                            "calls": [f"f('{marker[8:]}!')"], "mode": "repr", "family": 0}])
         assert marker in res[0]["stdout"] and res[2]["ok"]
         zygote = next(w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0)
         found = zygote_memory_contains(zygote, marker.encode())
@@ -341,7 +375,8 @@ def test_no_earlier_result_is_left_in_a_zygote(monkeypatch):
 
 
 def zygote_memory_contains(pid, needle):
-    """Does a writable mapping of process `pid` (and of its namespace child, if it is a wrapper) hold needle?"""
+    """Does a writable mapping of process `pid` (and of its namespace child, if it is a wrapper)
+    hold needle?"""
     pids = [pid] + [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
     for p in pids:
         with open(f"/proc/{p}/maps") as maps, open(f"/proc/{p}/mem", "rb") as mem:
@@ -362,19 +397,24 @@ def zygote_memory_contains(pid, needle):
 # ----------------------------------------------------------------------------- other pools
 
 def test_children_of_another_pool_cannot_be_signalled():
-    """Two pools (two trainers): different uid ranges, so a child of one cannot kill a child of the other."""
+    """Two pools (two trainers): different uid ranges, so a child of one cannot kill a child of the
+    other."""
     other = subprocess.Popen([sys.executable, "-c", "import sandbox, sys\n"
-                              "r = sandbox.run([{'code': 'import os, time\\nprint(os.getuid())\\ntime.sleep(4)', 'timeout': 20}])\n"
-                              "print(r[0]['ok'], r[0]['stdout'].strip())"], cwd=ROOT, stdout=subprocess.PIPE,
-                             text=True)
+                              "job = {'code': 'import os, time\\nprint(os.getuid())\\n"
+                              "time.sleep(4)'}\n"
+                              "r = sandbox.run([dict(job, timeout=20)])\n"
+                              "print(r[0]['ok'], r[0]['stdout'].strip())"],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     target = None
-    for _ in range(100):                     # the other pool's child: a process whose parent is one of its zygotes
+    # the other pool's child: a process whose parent is one of its zygotes
+    for _ in range(100):
         time.sleep(0.1)
         target = find_sleeping_child(other.pid)
         if target:
             break
     assert target, "the other pool's child was not found"
-    mine = sandbox.run([{"code": f"import ctypes, os\nprint(ctypes.CDLL(None).kill({target}, 9), os.getuid())"}])[0]
+    kill = f"import ctypes, os\nprint(ctypes.CDLL(None).kill({target}, 9), os.getuid())"
+    mine = sandbox.run([{"code": kill}])[0]
     ok, uid = other.communicate(timeout=30)[0].split()
     assert ok == "True", "the other pool's job was killed"
     assert mine["stdout"].split()[0] == "-1"

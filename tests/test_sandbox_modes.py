@@ -1,8 +1,8 @@
 """Issue 16: the sandbox in the three ways researchers run it, arranged with setpriv from a root
 session (as CI runs): as root; as root without CAP_SYS_ADMIN (a default Docker container); as an
-unprivileged user. In each, a file of the invoking user (mode 0600) is neither read nor changed by any
-route (tests/sandbox_modes_probe.py), nothing is written outside a child's own folders, and the layer
-report matches what was enforced."""
+unprivileged user. In each, a file of the invoking user (mode 0600) is neither read nor changed by
+any route (tests/sandbox_modes_probe.py), nothing is written outside a child's own folders, and the
+layer report matches what was enforced."""
 import importlib.util
 import json
 import os
@@ -34,7 +34,8 @@ def arrangeable(mode):
 @pytest.fixture(scope="module")
 def tree():
     """A world-readable copy of the sandbox, verify.py, the probe and the pinned bindings (an
-    unprivileged user cannot read a Python installed under /root, nor this checkout wherever it is)."""
+    unprivileged user cannot read a Python installed under /root, nor this checkout wherever it
+    is)."""
     base = tempfile.mkdtemp(prefix="populora-modes-", dir="/tmp")
     code = os.path.join(base, "code")
     os.mkdir(code)
@@ -69,8 +70,8 @@ def python_for(mode):
 
 
 def secrets(base, uid):
-    """Secret files of the invoking user (mode 0600, in a 0700 folder of theirs): one under /tmp, one
-    in a folder the children can see (not a private tmpfs of the mount namespace)."""
+    """Secret files of the invoking user (mode 0600, in a 0700 folder of theirs): one under /tmp,
+    one in a folder the children can see (not a private tmpfs of the mount namespace)."""
     folders = [os.path.join(base, f"home-{uid}")]
     for visible in ("/var/lib", "/opt", "/srv", "/mnt"):
         if os.path.isdir(visible) and os.access(visible, os.W_OK):
