@@ -442,3 +442,26 @@ def find_sleeping_child(root):
             except OSError:
                 continue
     return None
+
+
+# ----------------------------------------------------------------------------------- seccomp
+
+def test_seccomp_denies_namespace_trace_mount_and_key_syscalls():
+    lay = sandbox.layers()
+    if not lay["seccomp"]:
+        pytest.skip(f"seccomp is off here: {lay['why']['seccomp']}")
+    # (name, syscall number on x86_64, arguments): each must fail with EPERM (or ENOSYS for clone3)
+    calls = [("unshare", 272, (0x10000000,)), ("setns", 308, (0, 0)), ("ptrace", 101, (0, 0, 0, 0)),
+             ("mount", 165, (0, 0, 0, 0, 0)), ("bpf", 321, (0, 0, 0)), ("keyctl", 250, (0, 0)),
+             ("process_vm_readv", 310, (1, 0, 0, 0, 0, 0)), ("io_uring_setup", 425, (1, 0)),
+             ("chmod", 90, (b".", 0o777)), ("clone3", 435, (0, 0))]
+    if os.uname().machine != "x86_64":
+        pytest.skip("syscall numbers here are x86_64's")
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = []\n"
+            f"for name, number, args in {calls!r}:\n"
+            "    ctypes.set_errno(0)\n"
+            "    out.append((name, libc.syscall(number, *args), ctypes.get_errno()))\nprint(out)")
+    result = sandbox.run([{"code": code}])[0]
+    assert result["ok"], result
+    for name, value, errno in eval(result["stdout"]):
+        assert value == -1 and errno in (1, 38), (name, value, errno)
