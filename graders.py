@@ -84,14 +84,16 @@ def strip_string(s, skip_unit=False):
                 t = re.sub(r"(^|\W)" + unit + r"($|\W)", r"\1\2", s)
                 if t:
                     s = t
-    for old in ("^{\\circ}", "^\\circ", "\\$", "$", "\\(", "\\)"):   # degrees, dollars, inline-math delimiters
+    # degrees, dollars, inline-math delimiters
+    for old in ("^{\\circ}", "^\\circ", "\\$", "$", "\\(", "\\)"):
         s = s.replace(old, "")
     s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
     for key in ("x=", "y=", "z=", "x\\in", "y\\in", "z\\in", "x\\to", "y\\to", "z\\to"):
         s = s.replace(key, "")
     s = s.replace("\\emptyset", "{}").replace("(-\\infty,\\infty)", "\\mathbb{R}")
     s = s.replace("\\%", "").replace("%", "").replace(" .", " 0.").replace("{.", "{0.")
-    # (AZR's "strip {}/()/[] around an alphanumeric string" needs isalnum() of the bracketed text: never true)
+    # (AZR's "strip {}/()/[] around an alphanumeric string" needs isalnum() of the bracketed text:
+    # never true)
     s = s.replace("infinity", "\\infty")
     if "\\infty" not in s:
         s = s.replace("inf", "\\infty")
@@ -120,10 +122,11 @@ def strip_string(s, skip_unit=False):
 
 
 def _math_pair(pair):
-    """One (gold, prediction) comparison in a worker process (math-verify's timeouts use SIGALRM, which only
-    works in a main thread): AZR's verify(parse(\\boxed{gold}), parse(\\boxed{pred}))."""
+    """One (gold, prediction) comparison in a worker process (math-verify's timeouts use SIGALRM,
+    which only works in a main thread): AZR's verify(parse(\\boxed{gold}), parse(\\boxed{pred}))."""
     gold, pred, timeout = pair
-    timeout = max(1, math.ceil(timeout))   # math-verify's timeouts go to signal.alarm: whole seconds
+    # math-verify's timeouts go to signal.alarm: whole seconds
+    timeout = max(1, math.ceil(timeout))
     if not pred or not gold:
         return False
     try:
@@ -136,13 +139,15 @@ def _math_pair(pair):
 
 
 def grade_math(pairs, timeout, workers=0, desc="math"):
-    """[(gold, pred)] (both normalised) -> [bool], in a spawned process pool (spawn: no fork of a process that
-    holds vLLM/torch threads). A worker stuck past every timeout is killed with the pool: its items score wrong."""
+    """[(gold, pred)] (both normalised) -> [bool], in a spawned process pool (spawn: no fork of a
+    process that holds vLLM/torch threads). A worker stuck past every timeout is killed with the
+    pool: its items score wrong."""
     if not pairs:
         return []
     workers = min(workers or os.cpu_count() or 1, len(pairs))
     main = getattr(sys.modules["__main__"], "__file__", None)
-    if workers == 1 or main and not os.path.isfile(main):   # spawn re-imports __main__ by path (not `python -`)
+    # spawn re-imports __main__ by path (not `python -`)
+    if workers == 1 or main and not os.path.isfile(main):
         return [_math_pair((g, p, timeout)) for g, p in tqdm(pairs, desc=desc, leave=False, mininterval=2)]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
@@ -159,13 +164,14 @@ def grade_math(pairs, timeout, workers=0, desc="math"):
 
 
 # ----------------------------------------------------------------------------- code
-# _plain ... _harness below run inside the sandbox (their source is the job's code, HARNESS); _canon and _emit also
-# run here, on reference values and oracle answers, so both sides hash the same text.
+# _plain ... _harness below run inside the sandbox (their source is the job's code, HARNESS); _canon
+# and _emit also run here, on reference values and oracle answers, so both sides hash the same text.
 
 
 def _plain(x):
-    """True when repr(x) already is the canonical text: x holds only list/tuple/str/None, ints below 10**18 and
-    non-integral, non-nan floats. Checked level by level with C-speed scans (huge outputs: MBPP+ 255)."""
+    """True when repr(x) already is the canonical text: x holds only list/tuple/str/None, ints below
+    10**18 and non-integral, non-nan floats. Checked level by level with C-speed scans (huge
+    outputs: MBPP+ 255)."""
     level, ok = [x], {str, int, float, type(None), list, tuple}
     while level:
         types = set(map(type, level))
@@ -184,9 +190,10 @@ def _plain(x):
 
 
 def _write(x, put):
-    """Write the canonical text of x through put(str): equal text <=> `==` on plain data (True ~ 1, 2.0 ~ 2,
-    set and dict order ignored, list != tuple); repr's format where repr is canonical (fast path, in chunks, for
-    the 1 GB outputs of MBPP+ 255); other types -> <type>repr, equal to no plain value."""
+    """Write the canonical text of x through put(str): equal text <=> `==` on plain data (True ~ 1,
+    2.0 ~ 2, set and dict order ignored, list != tuple); repr's format where repr is canonical (fast
+    path, in chunks, for the 1 GB outputs of MBPP+ 255); other types -> <type>repr, equal to no
+    plain value."""
     if isinstance(x, (list, tuple)):
         put("[" if isinstance(x, list) else "(")
         for k in range(0, len(x), 4096):
@@ -201,7 +208,8 @@ def _write(x, put):
         put("]" if isinstance(x, list) else ("," if len(x) == 1 else "") + ")")
     elif x is None:
         put("None")
-    elif isinstance(x, (bool, int)):   # hex past 18 digits: str() of a huge int is quadratic in CPython 3.11
+    # hex past 18 digits: str() of a huge int is quadratic in CPython 3.11
+    elif isinstance(x, (bool, int)):
         put(str(int(x)) if -10**18 < x < 10**18 else format(int(x), "#x"))
     elif isinstance(x, float):
         _write(int(x), put) if x == x and x.is_integer() else put("nan" if x != x else float.__repr__(x))
@@ -226,8 +234,8 @@ def _canon(x):
 
 
 def _numeric(x, limit=1000):
-    """(shape text, float leaves) of a float or a list/tuple nest of numbers that holds a float, for EvalPlus's
-    np.allclose rule; None otherwise or past `limit` leaves."""
+    """(shape text, float leaves) of a float or a list/tuple nest of numbers that holds a float, for
+    EvalPlus's np.allclose rule; None otherwise or past `limit` leaves."""
     leaves, has_float = [], []
 
     def walk(v):
@@ -241,7 +249,8 @@ def _numeric(x, limit=1000):
             return type(v).__name__ + "(" + ",".join([walk(e) for e in v]) + ")"
         raise TypeError
     try:
-        shape = type(x).__name__ + ":" + walk(x)   # EvalPlus asserts type(out) == type(expected) first
+        # EvalPlus asserts type(out) == type(expected) first
+        shape = type(x).__name__ + ":" + walk(x)
     except (TypeError, OverflowError, RecursionError):
         return None
     return [shape, leaves] if (any(has_float) or shape.endswith(":n")) and len(leaves) <= limit else None
@@ -271,13 +280,15 @@ def _lines(text):
 
 
 def _harness():
-    """Sandbox side: job JSON on stdin -> run the program on every input/test under a per-test SIGALRM limit,
-    stop at the first error or overrun -> one MARK line: {"outs": [emitted], "times": [s], "error", "wall"}."""
+    """Sandbox side: job JSON on stdin -> run the program on every input/test under a per-test
+    SIGALRM limit, stop at the first error or overrun -> one MARK line: {"outs": [emitted], "times":
+    [s], "error", "wall"}."""
     import io, json, math, signal, sys, time   # noqa: E401 (runs as a standalone script)
     sys.set_int_max_str_digits(0)
     start, job = time.perf_counter(), json.loads(sys.stdin.read())
-    # CPU seconds per input (the reference times, EvalPlus's per-task cap): wall time would also count the other
-    # sandboxed runs sharing the cores; the per-input limit itself is wall-clock (SIGALRM), as in EvalPlus/LCB
+    # CPU seconds per input (the reference times, EvalPlus's per-task cap): wall time would also
+    # count the other sandboxed runs sharing the cores; the per-input limit itself is wall-clock
+    # (SIGALRM), as in EvalPlus/LCB
     dumps, clock, timer, real_out = json.dumps, time.process_time, signal.setitimer, sys.stdout
 
     class Limit(BaseException):
@@ -326,7 +337,8 @@ def _harness():
             res["times"].append(clock() - t0)
             if mode == "set":
                 v = set(v)
-            elif mode in ("notnone", "notnone_ref"):   # EvalPlus: outputs that only need to be non-None
+            # EvalPlus: outputs that only need to be non-None
+            elif mode in ("notnone", "notnone_ref"):
                 v = v if mode == "notnone" and isinstance(v, bool) else v is not None
             elif mode == "lcb" and isinstance(v, tuple):
                 v = list(v)
@@ -342,7 +354,8 @@ def _harness():
 HARNESS = "\n\n".join([f"import itertools\nMARK = {MARK!r}"] +
                       [inspect.getsource(f) for f in (_plain, _write, _canon, _numeric, _emit, _lines, _harness)])
 HARNESS += "\n_harness()\n"
-LCB_PRELUDE = "".join(f"from {m} import *\n" for m in (   # lcb_runner's import_string, prepended to every program
+# lcb_runner's import_string, prepended to every program
+LCB_PRELUDE = "".join(f"from {m} import *\n" for m in (
     "string re datetime collections heapq bisect copy math random statistics itertools functools operator io sys json "
     "builtins typing").split())
 LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics, itertools, "
@@ -350,14 +363,16 @@ LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, 
 
 
 def run_jobs(payloads, timeouts, desc, memory_mb):
-    """Harness runs through verify.execute, in chunks for the progress bar -> [result dict] ({"outs", "times",
-    "error", "wall"} as _harness writes it, checked, plus "cpu": the run's CPU seconds as the kernel counted
-    them). The program can print a MARK line of its own: a line that is not exactly what _harness writes
-    fails that run alone; one that is cannot say more than the outputs' hashes, which still have to match."""
+    """Harness runs through verify.execute, in chunks for the progress bar -> [result dict]
+    ({"outs", "times", "error", "wall"} as _harness writes it, checked, plus "cpu": the run's CPU
+    seconds as the kernel counted them). The program can print a MARK line of its own: a line that
+    is not exactly what _harness writes fails that run alone; one that is cannot say more than the
+    outputs' hashes, which still have to match."""
     import verify
     jobs = [{"code": HARNESS, "stdin": json.dumps(p), "timeout": t, "memory_mb": memory_mb}
             for p, t in zip(payloads, timeouts)]
-    order = sorted(range(len(jobs)), key=lambda i: (-timeouts[i], -len(jobs[i]["stdin"])))   # long ones first
+    # long ones first
+    order = sorted(range(len(jobs)), key=lambda i: (-timeouts[i], -len(jobs[i]["stdin"])))
     results, step = [None] * len(jobs), 4096   # big chunks: a chunk waits for its slowest job
     for k in tqdm(range(0, len(jobs), step), desc=desc, leave=False, disable=len(jobs) <= step):
         for i, r in zip(order[k:k + step], verify.execute([jobs[i] for i in order[k:k + step]])):
@@ -372,8 +387,9 @@ def run_jobs(payloads, timeouts, desc, memory_mb):
 
 
 def _checked(result):
-    """A harness result as parsed from the program's stdout -> itself, if it has exactly _harness's shape and
-    types (sizes capped); else ValueError. Nothing in it is trusted beyond that (see run_jobs)."""
+    """A harness result as parsed from the program's stdout -> itself, if it has exactly _harness's
+    shape and types (sizes capped); else ValueError. Nothing in it is trusted beyond that (see
+    run_jobs)."""
     def number(x):
         return type(x) in (int, float) and math.isfinite(x)
     if type(result) is not dict or set(result) != {"outs", "times", "error", "wall"}:
@@ -396,15 +412,16 @@ def _checked(result):
     return result
 
 
-# EvalPlus's special oracles (evalplus/eval/_special_oracle.py facts): set equality, "output not None", and
-# Mbpp/164, 295, 581, 558, HumanEval/32 below
+# EvalPlus's special oracles (evalplus/eval/_special_oracle.py facts): set equality, "output not
+# None", and Mbpp/164, 295, 581, 558, HumanEval/32 below
 MBPP_SET = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly", "larg_nnum",
             "intersection_array", "find_dissimilar", "Diff"}
 MBPP_NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
 
 
 def _value(out):
-    return out["n"][1][0]   # a scalar number (KeyError/TypeError otherwise: not a number, wrong answer)
+    # a scalar number (KeyError/TypeError otherwise: not a number, wrong answer)
+    return out["n"][1][0]
 
 
 def _same(name, item, args, exp, out, atol):
@@ -415,15 +432,18 @@ def _same(name, item, args, exp, out, atol):
             return True
         if name == "mbppplus" and ep == "sum_div":           # Mbpp/295: or 0
             return exact or out["h"] == _emit(0)["h"]
-        if name == "mbppplus" and ep == "surface_Area":      # Mbpp/581: or the slant-height reading, within atol
+        # Mbpp/581: or the slant-height reading, within atol
+        if name == "mbppplus" and ep == "surface_Area":
             a, h = args
             return exact or abs(_value(out) - round(a * a + 2 * a * math.sqrt((a / 2) ** 2 + h * h))) <= atol
-        if name == "mbppplus" and ep == "digit_distance_nums":   # Mbpp/558: or zero-padded digit distance
+        # Mbpp/558: or zero-padded digit distance
+        if name == "mbppplus" and ep == "digit_distance_nums":
             x, y = str(args[0]), str(args[1])
             width = max(len(x), len(y))
             distance = sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(width), y.zfill(width)))
             return exact or out["h"] == _emit(distance)["h"]
-        if name == "humanevalplus" and ep == "find_zero":    # HumanEval/32: any root, |poly(x)| <= atol
+        # HumanEval/32: any root, |poly(x)| <= atol
+        if name == "humanevalplus" and ep == "find_zero":
             return abs(sum(c * math.pow(_value(out), i) for i, c in enumerate(args[0]))) <= atol
     except (TypeError, ValueError, OverflowError, IndexError, KeyError):
         return False
@@ -436,8 +456,9 @@ def _same(name, item, args, exp, out, atol):
 
 
 def _pieces(n, times=None, size=256, budget=2.0):
-    """Cut inputs 0..n into consecutive (lo, hi) runs of at most `size` inputs and `budget` reference seconds,
-    so one slow task (MBPP+ 599: ~40 s over 88 inputs) spreads over the sandbox pool (a job costs ~10 ms)."""
+    """Cut inputs 0..n into consecutive (lo, hi) runs of at most `size` inputs and `budget`
+    reference seconds, so one slow task (MBPP+ 599: ~40 s over 88 inputs) spreads over the sandbox
+    pool (a job costs ~10 ms)."""
     cuts, lo, spent = [], 0, 0.0
     for i in range(n):
         if i > lo and (i - lo >= size or times and spent + times[i] > budget):
@@ -452,18 +473,21 @@ def _grouped(keys, results):
     runs = {}
     for key, r in zip(keys, results):
         run = runs.setdefault(key, {"outs": [], "times": [], "error": "", "overhead": 0.0, "cpu": 0.0})
-        run["cpu"] += r["cpu"]                    # the kernel's count, every piece (a program cannot fake it)
+        # the kernel's count, every piece (a program cannot fake it)
+        run["cpu"] += r["cpu"]
         if not run["error"]:
             run["outs"] += r["outs"]
             run["times"] += r["times"]
             run["error"] = r["error"]
-            run["overhead"] += max(0.0, r.get("wall", 0.0) - sum(r["times"]))   # decoding inputs, hashing outputs
+            # decoding inputs, hashing outputs
+            run["overhead"] += max(0.0, r.get("wall", 0.0) - sum(r["times"]))
     return runs
 
 
 def grade_evalplus(name, items, programs, cfg):
-    """[(item index, program)] -> [{"correct" (base and plus pass), "base", "reason"}]. Expected outputs and
-    reference times come from running each canonical solution once on its base and plus inputs."""
+    """[(item index, program)] -> [{"correct" (base and plus pass), "base", "reason"}]. Expected
+    outputs and reference times come from running each canonical solution once on its base and plus
+    inputs."""
     def payload(item, code, part, lo, hi, limits, reference):
         ep = item["entry_point"]
         mode = "set" if name == "mbppplus" and ep in MBPP_SET else ""
@@ -501,9 +525,9 @@ def grade_evalplus(name, items, programs, cfg):
             elif run["error"] or len(run["outs"]) != len(args):
                 why = run["error"] or "incomplete run"
             elif run["cpu"] > min(cfg["task_timeout"], sum(limits)) + slack:
-                # EvalPlus caps a whole base/plus run; the per-input SIGALRM is the program's to switch off,
-                # so the limits are checked on the CPU time the kernel counted (the reference's overhead and
-                # a second allowed on top)
+                # EvalPlus caps a whole base/plus run; the per-input SIGALRM is the program's to
+                # switch off, so the limits are checked on the CPU time the kernel counted (the
+                # reference's overhead and a second allowed on top)
                 why = f"{run['cpu']:.1f} s of CPU, over the time limits"
             else:
                 bad = next((i for i, a in enumerate(args)
@@ -537,14 +561,16 @@ def grade_lcb(items, programs, cfg):
         payloads.append({"kind": "call" if it["fn_name"] else "stdin", "mode": "lcb" if it["fn_name"] else "",
                          "code": LCB_PRELUDE + code, "entry": it["fn_name"], "tests": [t["input"] for t in it["tests"]],
                          "limits": [cfg["lcb_timeout"]] * len(it["tests"])})
-        timeouts.append((cfg["lcb_timeout"] + 1) * len(it["tests"]) + 5)   # LCB's global per-problem limit
+        # LCB's global per-problem limit
+        timeouts.append((cfg["lcb_timeout"] + 1) * len(it["tests"]) + 5)
     runs = run_jobs(payloads, timeouts, "livecodebench tests", cfg["memory_mb"]) if programs else []
     verdicts = []
     for (k, code), run in zip(programs, runs):
         it, reason = items[k], run["error"]
         if not reason and len(run["outs"]) != len(it["tests"]):
             reason = "incomplete run"
-        if not reason and run["cpu"] > cfg["lcb_timeout"] * len(it["tests"]) + 1.0:   # the alarm is switchable
+        # the alarm is switchable
+        if not reason and run["cpu"] > cfg["lcb_timeout"] * len(it["tests"]) + 1.0:
             reason = f"{run['cpu']:.1f} s of CPU, over the time limits"
         for i, t in enumerate(it["tests"] if not reason else ()):
             try:

@@ -66,12 +66,14 @@ WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
 STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
-RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)   # bytes of a child's result line (JSON escapes grow text 6x)
+# bytes of a child's result line (JSON escapes grow text 6x)
+RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
 UID_BASE = 60000            # children run as UID_BASE + zygote number (root only)
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
            "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
-           "numbers", "textwrap", "unicodedata", "queue")   # not socket, subprocess, shutil: see _GuardHook
+           # not socket, subprocess, shutil: see _GuardHook
+           "numbers", "textwrap", "unicodedata", "queue")
 GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate chmod fchmod lchmod "
                "chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir chdir execv execve execl "
                "execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe "
@@ -83,12 +85,13 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
 # ----------------------------------------------------------------------------- child side (runs user code)
 
 def _encode(value, parts, budget, depth=0):
-    """Append the canonical encoding of `value` to `parts` as JSON text: a ["tag", ...] list of strings and
-    lists (ints and floats in hex, so big ints, nan, inf and -0.0 are exact). Exact types only, checked with
-    the real `type` (no subclass, no user class, no always-equal object). `budget` ([units left]) caps the
-    size (a node is 1 unit, 16 chars of text 1 more), depth is capped at MAX_DEPTH, so a cyclic value fails.
-    Returns False when the value holds a type whose repr is not a plain literal (Counter, nan, ...): such a
-    repr must be evaluated back to be trusted. The parent decodes and compares (verify.decode)."""
+    """Append the canonical encoding of `value` to `parts` as JSON text: a ["tag", ...] list of
+    strings and lists (ints and floats in hex, so big ints, nan, inf and -0.0 are exact). Exact
+    types only, checked with the real `type` (no subclass, no user class, no always-equal object).
+    `budget` ([units left]) caps the size (a node is 1 unit, 16 chars of text 1 more), depth is
+    capped at MAX_DEPTH, so a cyclic value fails. Returns False when the value holds a type whose
+    repr is not a plain literal (Counter, nan, ...): such a repr must be evaluated back to be
+    trusted. The parent decodes and compares (verify.decode)."""
     t = type(value)
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -165,10 +168,11 @@ _escape = json.encoder.encode_basestring_ascii
 
 
 def decode(encoding):
-    """A canonical encoding (_encode's output, parsed: ["tag", ...] lists of strings) -> the value it stands for,
-    made of builtin and collections/fractions/decimal types only, so `==` on it runs no model code. Schema, size
-    (MAX_UNITS) and depth (MAX_DEPTH) are checked; raises ValueError for anything else. Used by the parent to
-    judge, and by a child to receive plain arguments (code_i grading) before any user code runs."""
+    """A canonical encoding (_encode's output, parsed: ["tag", ...] lists of strings) -> the value
+    it stands for, made of builtin and collections/fractions/decimal types only, so `==` on it runs
+    no model code. Schema, size (MAX_UNITS) and depth (MAX_DEPTH) are checked; raises ValueError for
+    anything else. Used by the parent to judge, and by a child to receive plain arguments (code_i
+    grading) before any user code runs."""
     try:
         return _build(encoding, [MAX_UNITS], 0)
     except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
@@ -254,12 +258,14 @@ class _Capped(io.BytesIO):
 
 
 def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
-    """The job proper, on code objects the parent compiled -> the JSON text of each call's value. The job
-    holds no gold: the parent compares. Order: job["args"] decoded (if any), the imports alone (the namespace a
-    repr is evaluated back in), then the program, then the calls. mode "repr" (validity): [repr string, encoding] per call, the repr
-    evaluated back unless job["roundtrip"] is False; "encode" (grading): the encoding; else no calls."""
+    """The job proper, on code objects the parent compiled -> the JSON text of each call's value.
+    The job holds no gold: the parent compares. Order: job["args"] decoded (if any), the imports
+    alone (the namespace a repr is evaluated back in), then the program, then the calls. mode "repr"
+    (validity): [repr string, encoding] per call, the repr evaluated back unless job["roundtrip"] is
+    False; "encode" (grading): the encoding; else no calls."""
     ns = {"__name__": "__main__"}
-    if "args" in job:                             # plain arguments as an encoding, decoded before any user code
+    # plain arguments as an encoding, decoded before any user code
+    if "args" in job:
         ns["__args__"] = decode(job["args"])
     imports_ns = {"__name__": "__main__"}
     exec_(job["imports"], imports_ns)
@@ -276,7 +282,8 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
         if type(r) is not str or len(r) > cap:
             raise ValueError(f"output repr is not a str of at most {cap} chars")
         literal = _encode(v, parts, [MAX_UNITS])
-        if not literal and job.get("roundtrip", True):   # Counter(...), nan, ...: really evaluate the repr
+        # Counter(...), nan, ...: really evaluate the repr
+        if not literal and job.get("roundtrip", True):
             try:
                 back = eval_(compile_(r, "<repr>", "eval"), dict(imports_ns))
             except Exception as e:
@@ -293,13 +300,15 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
 
 
 def _outcome(job):
-    """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values: JSON texts
-    from _evaluate), built with the C string escaper alone (json.dumps costs ~80 copy-on-write faults in a
-    fresh child). User code can write such a line too: the parent trusts nothing in it (see _decode)."""
+    """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
+    JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
+    copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
+    nothing in it (see _decode)."""
     values, error, ok = None, "", False
     try:
         values, ok = _evaluate(job), True
-    except BaseException as e:                    # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
+    # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
+    except BaseException as e:
         error = _describe(e)
     try:
         _out.flush()
@@ -331,18 +340,21 @@ class _GuardHook:
 
 
 def _child(job, wfd, limits, uid):
-    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own with stdin in place:
-    finish the lock-down, run, write one JSON line to wfd, _exit. Never returns. Every page a child writes costs a
-    copy-on-write fault (~3 us here), so whatever it can, the zygote did before the fork. The syscalls used are this
-    module's own bindings (layer 3 sets os.<name> = None for user code); user code starts after every limit."""
+    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own with stdin
+    in place: finish the lock-down, run, write one JSON line to wfd, _exit. Never returns. Every
+    page a child writes costs a copy-on-write fault (~3 us here), so whatever it can, the zygote did
+    before the fork. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None
+    for user code); user code starts after every limit."""
     try:
         if uid:
-            _setuid(uid)                          # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
+            # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
+            _setuid(uid)
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
         for kind, value in limits:
             resource.setrlimit(kind, value)
-        if _signal_filter is not None and _syscall(317, 1, 0, _signal_filter) != 0:   # seccomp(SET_MODE_FILTER)
+        # seccomp(SET_MODE_FILTER)
+        if _signal_filter is not None and _syscall(317, 1, 0, _signal_filter) != 0:
             raise OSError("seccomp filter refused")
         line = _outcome(job)
     except BaseException as e:
@@ -358,18 +370,21 @@ def _child(job, wfd, limits, uid):
 # ----------------------------------------------------------------------------- zygote side
 
 _libc = _pyfork = _null = None   # set in the zygote (children must not dlopen after fork)
-_out = None    # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
+# the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
+_out = None
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
 
 
 def _mount_setup(repo, home):
-    """Private mount namespace: empty tmpfs over the world-writable dirs, tmpfs over private homes and the
-    repo's folder, with the interpreter's own folders (which may live under /root) bound back in.
-    Returns the list of hidden dirs, or None when the namespace could not be made."""
+    """Private mount namespace: empty tmpfs over the world-writable dirs, tmpfs over private homes
+    and the repo's folder, with the interpreter's own folders (which may live under /root) bound
+    back in. Returns the list of hidden dirs, or None when the namespace could not be made."""
     mount = _libc.mount
     if _libc.unshare(0x00020000) != 0 or mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        return None                               # CLONE_NEWNS; private first, so nothing propagates to the host
-    for line in open("/proc/self/mountinfo"):     # every filesystem read-only in here (per-mount flag, ours only)
+        # CLONE_NEWNS; private first, so nothing propagates to the host
+        return None
+    # every filesystem read-only in here (per-mount flag, ours only)
+    for line in open("/proc/self/mountinfo"):
         point, options = line.split()[4].encode().decode("unicode_escape"), line.split()[5].split(",")
         if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
             keep = sum(bit for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)) if name in options)
@@ -391,7 +406,8 @@ def _mount_setup(repo, home):
             continue                              # d is inside the interpreter's folders
         inner = [k for k in keep if k.startswith(d + "/")]
         stash = []
-        for j, k in enumerate(inner):             # bind the interpreter's folders aside, cover d, move them back
+        # bind the interpreter's folders aside, cover d, move them back
+        for j, k in enumerate(inner):
             s = f"/tmp/.keep{len(hidden)}-{j}"
             os.mkdir(s)
             if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
@@ -419,9 +435,10 @@ def _uid_works(uid):
 
 
 def _namespaces(repo, home):
-    """Layer 5: network and mount namespaces -> {layer: [active, why]}. As root (CAP_SYS_ADMIN): both directly.
-    Otherwise a user namespace first, mapping only our own uid (so children stay that uid; a root without
-    CAP_SYS_ADMIN skips it: in there its children would own every root-owned file). No root needed."""
+    """Layer 5: network and mount namespaces -> {layer: [active, why]}. As root (CAP_SYS_ADMIN):
+    both directly. Otherwise a user namespace first, mapping only our own uid (so children stay that
+    uid; a root without CAP_SYS_ADMIN skips it: in there its children would own every root-owned
+    file). No root needed."""
     out = {"mount_namespace": [False, ""], "network_namespace": [False, ""],
            "pid_namespace": [False, "not needed as root: children run as another uid, which cannot signal us"]}
     in_user_ns = False
@@ -452,29 +469,34 @@ def _namespaces(repo, home):
 
 
 def _pid_namespace():
-    """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child can signal
-    nothing but itself and us, and init ignores signals it has no handler for (SIGINT is set to be ignored).
-    The process the parent started stays outside, waiting for us, holding no pipe. -> [active, why]."""
-    if _libc.unshare(0x20000000) != 0:            # CLONE_NEWPID: our next child is the namespace's init
+    """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child
+    can signal nothing but itself and us, and init ignores signals it has no handler for (SIGINT is
+    set to be ignored). The process the parent started stays outside, waiting for us, holding no
+    pipe. -> [active, why]."""
+    # CLONE_NEWPID: our next child is the namespace's init
+    if _libc.unshare(0x20000000) != 0:
         return [False, f"unshare(CLONE_NEWPID) refused ({os.strerror(ctypes.get_errno())})"]
     pid = os.fork()
     if pid:
-        os.closerange(0, 1 << 16)                 # the parent sees EOF when the zygote goes, not when we do
+        # the parent sees EOF when the zygote goes, not when we do
+        os.closerange(0, 1 << 16)
         _exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return [True, "children see and can signal only themselves and their zygote (the namespace's init)"]
 
 
 def _landlock_setup(landlock, read_paths, write_paths):
-    """Layer 6 (Linux >= 5.13, no root needed): a Landlock ruleset the zygote enters, and so its children: read
-    and execute beneath `read_paths`, everything beneath `write_paths` (the jobs' folder; with the mount
-    namespace the private tmpfs folders too), nothing else. `landlock`: the binding, or the ImportError of
-    importing it (done before the mount namespace hides the folders it may be in). -> (ruleset fd or None, why)."""
+    """Layer 6 (Linux >= 5.13, no root needed): a Landlock ruleset the zygote enters, and so its
+    children: read and execute beneath `read_paths`, everything beneath `write_paths` (the jobs'
+    folder; with the mount namespace the private tmpfs folders too), nothing else. `landlock`: the
+    binding, or the ImportError of importing it (done before the mount namespace hides the folders
+    it may be in). -> (ruleset fd or None, why)."""
     try:
         if isinstance(landlock, ImportError):
             raise landlock
         plumbing = landlock.plumbing
-        ctypes.set_errno(0)                       # the binding reads errno even after a call that succeeded
+        # the binding reads errno even after a call that succeeded
+        ctypes.set_errno(0)
         abi = landlock.landlock_abi_version()
         handled = landlock.FSAccess.all()
         fd = plumbing.get_create_ruleset()(ctypes.byref(plumbing.RulesetAttr(handled)),
@@ -501,12 +523,13 @@ class _SockFprog(ctypes.Structure):
 
 
 def seccomp_programs():
-    """Layer 7's BPF, compiled here in the parent by libseccomp (its Python binding; zygotes do not load it:
-    1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where unavailable). "zygote": the
-    filter a zygote enters before its first job, so its children inherit it (a filter attached per child costs
-    ~0.2 ms: the kernel compiles it each time): EPERM for DENIED_SYSCALLS and a clone with a namespace flag,
-    ENOSYS for clone3 (glibc falls back to clone). "signals": EPERM for SIGNAL_SYSCALLS, entered by each child
-    where children keep the zygote's uid and no PID namespace hides other processes."""
+    """Layer 7's BPF, compiled here in the parent by libseccomp (its Python binding; zygotes do not
+    load it: 1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where
+    unavailable). "zygote": the filter a zygote enters before its first job, so its children inherit
+    it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time): EPERM for
+    DENIED_SYSCALLS and a clone with a namespace flag, ENOSYS for clone3 (glibc falls back to
+    clone). "signals": EPERM for SIGNAL_SYSCALLS, entered by each child where children keep the
+    zygote's uid and no PID namespace hides other processes."""
     if "seccomp" in _pool:
         return _pool["seccomp"]
     out = {"zygote": "", "signals": "", "why": ""}
@@ -537,8 +560,9 @@ def seccomp_programs():
 
 
 def _seccomp_load(program):
-    """Enter a BPF program (hex) as a seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER). No binding does it from
-    bytes; the zygote's one call. Returns the sock_fprog address, kept alive, for a child's later call."""
+    """Enter a BPF program (hex) as a seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER). No binding
+    does it from bytes; the zygote's one call. Returns the sock_fprog address, kept alive, for a
+    child's later call."""
     code = bytes.fromhex(program)
     _bpf.append(_SockFprog(len(code) // 8, code))
     return ctypes.addressof(_bpf[-1])
@@ -550,16 +574,20 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "open_by_handle_at name_to_handle_at kexec_load kexec_file_load init_module finit_module "
                    "delete_module reboot swapon swapoff acct quotactl iopl ioperm "
                    "chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat futimesat "
-                   "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")   # Landlock leaves these
+                   # Landlock leaves these
+                   "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
-                   "pidfd_getfd fork vfork clone")   # fork too: a child that stays root is exempt from NPROC
-_bpf, _hidden, _scratch, _scratch_times = [], [], [], []   # the zygote's: see _seccomp_setup, _mount_setup
+                   # fork too: a child that stays root is exempt from NPROC
+                   "pidfd_getfd fork vfork clone")
+# the zygote's: see _seccomp_setup, _mount_setup
+_bpf, _hidden, _scratch, _scratch_times = [], [], [], []
 _landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
 
 
 def _zygote_main(number, home, uid_base, programs):
     global _libc, _out, _pyfork, _null, _landlock, _signal_filter, _syscall
-    os.environ.pop("LD_BIND_NOW", None)          # set by the parent so children never resolve symbols (GOT writes)
+    # set by the parent so children never resolve symbols (GOT writes)
+    os.environ.pop("LD_BIND_NOW", None)
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
     _syscall = _libc.syscall
@@ -579,15 +607,20 @@ def _zygote_main(number, home, uid_base, programs):
     else:
         layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
     uid = uid if layers["uid_drop"][0] else 0
-    if uid:                                       # still root (euid 0) but with the children's gid and no groups;
+    # still root (euid 0) but with the children's gid and no groups;
+    if uid:
         os.setgroups(())
         os.setgid(uid)
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))   # root is exempt (it still forks), the children's uid not
-    for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):   # inherited by every child
+        # root is exempt (it still forks), the children's uid not
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    # inherited by every child
+    for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(kind, (value, value))
     base = "/tmp" if layers["mount_namespace"][0] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
-    os.chmod(base, 0o1777)                        # like /tmp (which it is, with the mount namespace)
-    os.mkdir(jobs := base + "/jobs", 0o711)       # the zygote's: children reach their own cwd in here, make no name
+    # like /tmp (which it is, with the mount namespace)
+    os.chmod(base, 0o1777)
+    # the zygote's: children reach their own cwd in here, make no name
+    os.mkdir(jobs := base + "/jobs", 0o711)
     os.environ["TMPDIR"] = "."                    # tempfile in a child: its own cwd
     os.umask(0)
     for name in PRELOAD:
@@ -611,49 +644,62 @@ def _zygote_main(number, home, uid_base, programs):
                              + ("seccomp denies fork" if _signal_filter is not None else "they can fork")]
     hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED"),
              "base": base}
-    # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds 1/2 /dev/null
+    # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds
+    # 1/2 /dev/null
     requests, replies = os.dup(0), os.dup(1)
-    _null = os.open(os.devnull, os.O_RDWR)        # kept: a job's stdin file is swapped back for it after the job
+    # kept: a job's stdin file is swapped back for it after the job
+    _null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(_null, fd)
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
                                  errors="replace")
     sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
     sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
-    _libc.prctl(38, 1, 0, 0, 0)                   # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
-    _guard()                                      # layer 3, once here: every child inherits disabled functions
+    # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
+    _libc.prctl(38, 1, 0, 0, 0)
+    # layer 3, once here: every child inherits disabled functions
+    _guard()
     sys.meta_path.insert(0, _GuardHook)
     warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"), "calls": [compile(
             "f([1, 'a', (2.5,)])", "<w>", "eval")]}
-    for mode in ("repr", "encode") * 9:           # a fixed job of ours quickens the child-side code here, not in
-        _outcome(dict(warm, mode=mode))           # every child (~10 fewer copy-on-write faults per child)
-    gc.freeze()                                   # keep the collector off the zygote's pages in children
-    if _landlock is not None:                     # the zygote enters the domain itself: children inherit it, free
+    # a fixed job of ours quickens the child-side code here, not in
+    for mode in ("repr", "encode") * 9:
+        # every child (~10 fewer copy-on-write faults per child)
+        _outcome(dict(warm, mode=mode))
+    # keep the collector off the zygote's pages in children
+    gc.freeze()
+    # the zygote enters the domain itself: children inherit it, free
+    if _landlock is not None:
         ctypes.set_errno(0)
         _landlock_restrict(_landlock, 0)
         os.close(_landlock)
     if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
-        raise OSError("seccomp filter refused")              # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
+        # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
+        raise OSError("seccomp filter refused")
     _write_all(replies, (json.dumps(hello) + "\n").encode())
-    # every child's line passes through this buffer; an anonymous mapping the children do not inherit, whose
-    # pages are given back (zeroed) after each job: no later child can find an earlier one's result
+    # every child's line passes through this buffer; an anonymous mapping the children do not
+    # inherit, whose pages are given back (zeroed) after each job: no later child can find an
+    # earlier one's result
     result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     result.madvise(mmap.MADV_DONTFORK)
     view = memoryview(result)
     # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)
     while payload := _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little")):
-        workdir = f"{jobs}/{os.urandom(8).hex()}"   # unguessable: no child can prepare the next one's
+        # unguessable: no child can prepare the next one's
+        workdir = f"{jobs}/{os.urandom(8).hex()}"
         header, size, retire = _job(marshal.loads(payload), workdir, uid, view)
         _write_all(replies, header)
         _write_all(replies, view[:size])
         result.madvise(mmap.MADV_DONTNEED, 0, size)
         if retire:
-            return                                # the parent replaces a zygote whose clean-up failed
+            # the parent replaces a zygote whose clean-up failed
+            return
 
 
 def _readable(repo):
-    """Folders a child may read (Landlock): the interpreter's (prefixes, stdlib, site-packages, which may live
-    under a home folder) and the shared libraries, never the repo or its folder (checkpoints, logs)."""
+    """Folders a child may read (Landlock): the interpreter's (prefixes, stdlib, site-packages,
+    which may live under a home folder) and the shared libraries, never the repo or its folder
+    (checkpoints, logs)."""
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__), *sys.path]
     paths += ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache"]
     out = []
@@ -667,19 +713,20 @@ def _readable(repo):
 
 
 def _job(job, workdir, uid, view):
-    """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and given to the
-    child's uid; wait for its result line and exit within the deadline, kill it, clean up. Reads the child's line
-    into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where
-    the line is the child's or one of ours, and retire says the clean-up failed. A page the zygote writes costs
-    ~0.8 us (a write-protect fault) when no child shares it, a page a child writes ~3 us (a copy): so the job is
-    unmarshalled and set up here."""
+    """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and
+    given to the child's uid; wait for its result line and exit within the deadline, kill it, clean
+    up. Reads the child's line into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size
+    of the line in view, retire), where the line is the child's or one of ours, and retire says the
+    clean-up failed. A page the zygote writes costs ~0.8 us (a write-protect fault) when no child
+    shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
     timeout = float(job.get("timeout", 5.0))
     _out.buffer.cap = cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
     limits = [(resource.RLIMIT_AS, (int(job.get("memory_mb") or MEMORY_MB) << 20,) * 2),
               (resource.RLIMIT_CPU, (int(timeout) + 2,) * 2), (resource.RLIMIT_FSIZE, (0, 0)),
-              *[(resource.RLIMIT_NPROC, (0, 0))] * (not uid)]   # without a uid drop, each child sets NPROC = 0
-    # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still reachable by
-    # its own child only: the jobs folder is ours, 0711, and the name random
+              # without a uid drop, each child sets NPROC = 0
+              *[(resource.RLIMIT_NPROC, (0, 0))] * (not uid)]
+    # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
+    # reachable by its own child only: the jobs folder is ours, 0711, and the name random
     _mkdir(workdir, 0o777 if uid else 0o700)
     _chdir(workdir)
     if job.get("stdin"):
@@ -691,15 +738,20 @@ def _job(job, workdir, uid, view):
     r, w = _pipe()
     start, forked_ns = time.monotonic(), time.time_ns()
     deadline = start + timeout
-    pid = _pyfork()                               # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
-    if pid < 0:                                   # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
-        raise OSError("fork failed")              # per child, 3x the bare fork; fine as the zygote has one thread
+    # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
+    pid = _pyfork()
+    # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
+    if pid < 0:
+        # per child, 3x the bare fork; fine as the zygote has one thread
+        raise OSError("fork failed")
     if pid == 0:
         _close(r)
         _child(job, w, limits, uid)
     _close(w)
-    size, error, limit = 0, "", min(cap * 6 + (1 << 20), len(view))   # JSON escapes grow text 6x (\uXXXX)
-    while True:                                   # the child writes one line, then exits: read to EOF
+    # JSON escapes grow text 6x (\uXXXX)
+    size, error, limit = 0, "", min(cap * 6 + (1 << 20), len(view))
+    # the child writes one line, then exits: read to EOF
+    while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([r], (), (), left)[0]:
             error = "timeout"
@@ -712,7 +764,8 @@ def _job(job, workdir, uid, view):
         if not got:
             break
     wall = time.monotonic() - start
-    _kill_pid(pid, signal.SIGKILL)                # not reaped yet, so it exists; it cannot have made processes
+    # not reaped yet, so it exists; it cannot have made processes
+    _kill_pid(pid, signal.SIGKILL)
     _, status, usage = _wait4(pid, 0)
     _close(r)
     if job.get("stdin"):
@@ -721,7 +774,8 @@ def _job(job, workdir, uid, view):
     retire = not _clean(workdir, forked_ns)
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, usage.ru_utime + usage.ru_stime, usage.ru_minflt)
     if not error and size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1:
-        return header, size, retire               # exactly one line, the child's (the parent checks it all)
+        # exactly one line, the child's (the parent checks it all)
+        return header, size, retire
     if not error:
         code = os.waitstatus_to_exitcode(status)
         if size:
@@ -736,11 +790,12 @@ def _job(job, workdir, uid, view):
 
 
 def _clean(workdir, forked_ns):
-    """Remove the job's cwd and, with the mount namespace, everything a child left in the private tmpfs folders
-    (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. A folder whose times did not change
-    since the last clean, which was over 20 ms before the child was forked (`forked_ns`, wall clock: folder
-    times are coarse, a few ms), holds nothing new: one stat instead of a listing (seccomp denies utime). False
-    when the clean-up fails (a zygote that cannot clean up is replaced)."""
+    """Remove the job's cwd and, with the mount namespace, everything a child left in the private
+    tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. A folder
+    whose times did not change since the last clean, which was over 20 ms before the child was
+    forked (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one stat
+    instead of a listing (seccomp denies utime). False when the clean-up fails (a zygote that cannot
+    clean up is replaced)."""
     try:
         _rmtree(workdir)
         for n, folder in enumerate(_scratch):
@@ -774,8 +829,8 @@ def _take(fd, n):
 
 
 def _rmtree(path):
-    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir). Not for
-    unbounded depth: a child's chain of folders deep enough to fail here retires its zygote."""
+    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir). Not
+    for unbounded depth: a child's chain of folders deep enough to fail here retires its zygote."""
     try:
         _rmdir(path)
     except NotADirectoryError:
@@ -796,8 +851,10 @@ _pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": __import
 
 def _start(family):
     """Launch one zygote with a fresh scrubbed environment and its own hash seed; read its hello line."""
-    import subprocess                             # parent only: zygotes never load it (see _GuardHook)
-    seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)   # 0 would turn hash randomisation off
+    # parent only: zygotes never load it (see _GuardHook)
+    import subprocess
+    # 0 would turn hash randomisation off
+    seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed), "LD_BIND_NOW": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
@@ -811,7 +868,8 @@ def _start(family):
 
 
 def _hello(worker):
-    if not (line := worker["proc"].stdout.readline()):   # the zygote's layer report, once it is ready
+    # the zygote's layer report, once it is ready
+    if not (line := worker["proc"].stdout.readline()):
         raise RuntimeError("sandbox worker failed to start; `python sandbox.py --worker 1 ~` shows why")
     worker["hello"] = json.loads(line)
     return worker
@@ -819,34 +877,40 @@ def _hello(worker):
 
 def _stop(worker):
     try:
-        os.killpg(worker["proc"].pid, signal.SIGKILL)   # the zygote and its children (they stay in its group)
+        # the zygote and its children (they stay in its group)
+        os.killpg(worker["proc"].pid, signal.SIGKILL)
     except OSError:
         pass
     worker["proc"].wait()
     for f in (worker["proc"].stdin, worker["proc"].stdout):
         with __import__("contextlib").suppress(OSError):
-            f.close()                             # unflushed bytes to a dead zygote: BrokenPipeError
+            # unflushed bytes to a dead zygote: BrokenPipeError
+            f.close()
     base = (worker["hello"] or {}).get("base", "")
     if base.startswith(__import__("tempfile").gettempdir() + "/populora-sandbox-"):
         __import__("shutil").rmtree(base, ignore_errors=True)
 
 
 def _ensure():
-    if _pool["pid"] != os.getpid():             # first use, or we are a forked copy of the process that had it
-        # children's uids: a random range per pool, so no child of another pool (another trainer) shares one
+    # first use, or we are a forked copy of the process that had it
+    if _pool["pid"] != os.getpid():
+        # children's uids: a random range per pool, so no child of another pool (another trainer)
+        # shares one
         uid_base = (1 << 20) + int.from_bytes(os.urandom(4), "little") % (1 << 30)
         _pool.update(pid=os.getpid(), workers=[], uid_base=uid_base)
         started = [_start(family) for family in (0, 1) for _ in range(WORKERS_PER_FAMILY)]
         _pool["workers"] = [_hello(w) for w in started]
-    for n, w in enumerate(_pool["workers"]):   # died while idle (killed from outside): replace before use
+    # died while idle (killed from outside): replace before use
+    for n, w in enumerate(_pool["workers"]):
         if w["proc"].poll() is not None:
             _stop(w)
             _pool["workers"][n] = _hello(_start(w["family"]))
 
 
 def _pack(job, cache):
-    """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here (compiling runs
-    nothing; a child then only unmarshals and executes, and a validity pair shares one compile via `cache`)."""
+    """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here
+    (compiling runs nothing; a child then only unmarshals and executes, and a validity pair shares
+    one compile via `cache`)."""
     def code(text, name, mode):
         if (text, name, mode) not in cache:
             cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
@@ -859,8 +923,9 @@ def _pack(job, cache):
 
 
 def run(jobs):
-    """Run jobs (dicts, see _evaluate/_child) in parallel over the pool. A job's "family" (0, 1 or None)
-    picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in order."""
+    """Run jobs (dicts, see _evaluate/_child) in parallel over the pool. A job's "family" (0, 1 or
+    None) picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in
+    order."""
     results = [None] * len(jobs)
     with _pool["lock"]:
         _ensure()
@@ -869,7 +934,8 @@ def run(jobs):
             queues[jobs[i].get("family")].append(i)
         try:
             _dispatch(jobs, results, queues)
-        finally:                                  # interrupted (KeyboardInterrupt, ...): no stale job may answer later
+        # interrupted (KeyboardInterrupt, ...): no stale job may answer later
+        finally:
             for n, w in enumerate(_pool["workers"]):
                 if w["jobs"]:
                     _stop(w)
@@ -878,11 +944,13 @@ def run(jobs):
 
 
 def _dispatch(jobs, results, queues):
-    """The select loop of run(): keep each zygote up to two jobs deep (the next waits in its pipe: no sleep and wake
-    between jobs), collect answers in order, replace zygotes that die or hang (the job behind is requeued)."""
+    """The select loop of run(): keep each zygote up to two jobs deep (the next waits in its pipe:
+    no sleep and wake between jobs), collect answers in order, replace zygotes that die or hang (the
+    job behind is requeued)."""
     cache, packed, pending = {}, {}, len(jobs)
     while pending:
-        for depth, w in [(d, w) for d in (1, 2) for w in _pool["workers"]]:   # idle zygotes first, then queue one
+        # idle zygotes first, then queue one
+        for depth, w in [(d, w) for d in (1, 2) for w in _pool["workers"]]:
             while len(w["jobs"]) < depth and (queues[w["family"]] or queues[None]):
                 i = (queue := queues[w["family"]] or queues[None]).pop()
                 try:
@@ -892,8 +960,10 @@ def _dispatch(jobs, results, queues):
                                   "cpu_s": 0.0, "wall_s": 0.0}
                     pending -= 1
                     continue
-                if w["jobs"] and len(payload) > 1 << 15:   # must fit in the pipe (64 KiB) beside nothing else,
-                    queue.append(i)                         # or the write would block while the zygote runs one
+                # must fit in the pipe (64 KiB) beside nothing else,
+                if w["jobs"] and len(payload) > 1 << 15:
+                    # or the write would block while the zygote runs one
+                    queue.append(i)
                     packed[i] = payload
                     break
                 if not w["jobs"]:
@@ -906,11 +976,16 @@ def _dispatch(jobs, results, queues):
                     pass                          # dead zygote: noticed below as EOF
         busy = [w for w in _pool["workers"] if w["jobs"]]
         wait = min([w["deadline"] for w in busy], default=0) - time.monotonic()
-        ready, now = set(select.select([w["proc"].stdout for w in busy], [], [], max(0.0, wait))[0] if busy else ()), \
-            time.monotonic()
+        ready = set()
+        if busy:
+            ready = set(select.select([w["proc"].stdout for w in busy], [], [], max(0.0, wait))[0])
+        now = time.monotonic()
         for n, w in enumerate(_pool["workers"]):
-            data = os.read(w["proc"].stdout.fileno(), 1 << 20 if w["buf"] else 1 << 16) if w["proc"].stdout in ready \
-                else None                         # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
+            data = None
+            if w["proc"].stdout in ready:
+                # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
+                size = 1 << 20 if w["buf"] else 1 << 16
+                data = os.read(w["proc"].stdout.fileno(), size)
             if data:
                 w["buf"] += data
                 while b"\n" in w["buf"] and w["jobs"]:   # one line per job, in order
@@ -918,12 +993,14 @@ def _dispatch(jobs, results, queues):
                     i = w["jobs"].pop(0)
                     results[i], retire = _decode(line, len(jobs[i].get("calls", ())))
                     pending -= 1
-                    if retire:                    # its clean-up failed: it has exited; the jobs behind go elsewhere
+                    # its clean-up failed: it has exited; the jobs behind go elsewhere
+                    if retire:
                         _replace(n, w, jobs, queues)
                         break
                     if w["jobs"]:                 # the zygote starts the next one now
                         w["deadline"] = now + float(jobs[w["jobs"][0]].get("timeout", 5.0)) + GRACE_S
-            elif w["jobs"] and (data == b"" or now >= w["deadline"]):   # died (EOF) or hung: replace
+            # died (EOF) or hung: replace
+            elif w["jobs"] and (data == b"" or now >= w["deadline"]):
                 results[w["jobs"].pop(0)] = {"ok": False, "error": "worker died" if data == b"" else "timeout",
                                              "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
                 pending -= 1
@@ -940,11 +1017,11 @@ def _replace(n, worker, jobs, queues):
 
 
 def _decode(line, calls):
-    """One answer line of a zygote -> (result dict, retire). The header (pid, retire, the child's CPU seconds
-    from the kernel, wall seconds) is the zygote's; the rest is the child's line, which user code can write
-    itself, so it is parsed as hostile: any parse error, wrong key, wrong type or a "values" list that is not
-    one entry per call makes it a failed run ("malformed result"), of this job alone. The entries themselves
-    are the caller's to check (verify.decode)."""
+    """One answer line of a zygote -> (result dict, retire). The header (pid, retire, the child's
+    CPU seconds from the kernel, wall seconds) is the zygote's; the rest is the child's line, which
+    user code can write itself, so it is parsed as hostile: any parse error, wrong key, wrong type
+    or a "values" list that is not one entry per call makes it a failed run ("malformed result"), of
+    this job alone. The entries themselves are the caller's to check (verify.decode)."""
     head = line.split(b"\t", 4)
     result = {"ok": False, "error": "malformed result", "stdout": "", "values": None, "pid": 0,
               "cpu_s": 0.0, "wall_s": 0.0}
@@ -967,8 +1044,9 @@ def _decode(line, calls):
 
 
 def layers():
-    """What isolation is active, as measured by the running zygotes (starts the pool): {layer: bool} for each
-    layer, "why": {layer: the reason it is on or off}, "hidden_dirs", "workers" [(pid, hash seed)]."""
+    """What isolation is active, as measured by the running zygotes (starts the pool): {layer: bool}
+    for each layer, "why": {layer: the reason it is on or off}, "hidden_dirs", "workers" [(pid, hash
+    seed)]."""
     with _pool["lock"]:
         _ensure()
         hellos = [w["hello"] for w in _pool["workers"]]
@@ -996,5 +1074,6 @@ def shutdown():
 atexit.register(shutdown)
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    sys.path += sys.argv[6:]                      # site-packages without running .pth files (-S: ~4 MB less to fork)
+    # site-packages without running .pth files (-S: ~4 MB less to fork)
+    sys.path += sys.argv[6:]
     _zygote_main(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]))

@@ -57,15 +57,17 @@ MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
 BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threading datetime time hashlib hmac bcrypt "
                       "calendar os sys socket shutil ctypes importlib signal asyncio pathlib io builtins gc inspect "
-                      "secrets uuid tempfile glob pickle marshal resource "   # AZR's list, SPEC's additions, then
+                      # AZR's list, SPEC's additions, then
+                      "secrets uuid tempfile glob pickle marshal resource "
                       "posix _io _socket _thread _signal _posixsubprocess _ctypes fcntl pty mmap code codeop runpy "
                       "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify "
                       "traceback tarfile zipfile fileinput linecache shelve dbm sqlite3 site sysconfig pwd grp "
                       "select selectors socketserver http urllib ftplib smtplib poplib imaplib xmlrpc webbrowser "
                       "mailbox tty termios py_compile compileall zipapp venv ensurepip").split())
-# [ours] the C twins of banned modules, modules that run code given as a string or reach sys.modules, and (last
-# line) file readers and frame walkers of the stdlib
-BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open",   # typing.sys.modules, codecs.open
+# [ours] the C twins of banned modules, modules that run code given as a string or reach
+# sys.modules, and (last line) file readers and frame walkers of the stdlib typing.sys.modules,
+# codecs.open
+BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open",
                                  "attrgetter", "methodcaller", "Formatter", "get_field", "bltn_open", "walk_stack",
                                  "walk_tb", "capture_locals", "f_builtins", "getline", "getlines", "FileIO"}
 BANNED_NAMES = set("open exec eval compile __import__ input globals locals breakpoint exit quit vars".split())
@@ -74,8 +76,9 @@ ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals
                "cr_frame ag_frame __dict__ __class__ __setattr__ __delattr__ __self__").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
-# [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever the program
-# imports their module in any form (`import collections` + a Counter output, as in one AZR seed)
+# [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever
+# the program imports their module in any form (`import collections` + a Counter output, as in one
+# AZR seed)
 REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque",
               "fractions": "from fractions import Fraction", "decimal": "from decimal import Decimal"}
 
@@ -85,7 +88,8 @@ WRAPPER = ("A conversation between User and Assistant. The user asks a question,
            "assistant first thinks about the reasoning process in the mind and then provides the user with the "
            "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
            "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>. "
-           "User: {}\nAssistant: <think>")  # the R1-Zero template AZR uses, verbatim for comparability
+           # the R1-Zero template AZR uses, verbatim for comparability
+           "User: {}\nAssistant: <think>")
 
 CODE_RULES = """- Call the entry function `f`. Helper functions, nested functions and classes are fine; put imports and
   class definitions at the top.
@@ -186,8 +190,9 @@ def _task(task):
 
 
 def teacher_prompt(task, references, program=None):
-    """Full teacher prompt. code_i/code_o: `references` = archive problems {"program","input","output"} (K of
-    them, may be empty); code_f: `program` = the archive program to write inputs for."""
+    """Full teacher prompt. code_i/code_o: `references` = archive problems
+    {"program","input","output"} (K of them, may be empty); code_f: `program` = the archive program
+    to write inputs for."""
     rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
     if _task(task) == "code_f":
         return WRAPPER.format(PROPOSE_F.format(n=N_INPUTS, program=program))
@@ -198,8 +203,9 @@ def teacher_prompt(task, references, program=None):
 
 
 def student_prompt(task, problem):
-    """code_i/code_o: problem {"program","input","output"}; code_f: {"program","inputs","outputs","message"}, of
-    which the first half of the pairs is shown (the rest is hidden for grading)."""
+    """code_i/code_o: problem {"program","input","output"}; code_f:
+    {"program","inputs","outputs","message"}, of which the first half of the pairs is shown (the
+    rest is hidden for grading)."""
     if _task(task) != "code_f":
         return WRAPPER.format(SOLVE[task].format(**problem))
     shown = len(problem["inputs"]) // 2
@@ -228,8 +234,8 @@ def _fences(text, tags):
 
 
 def parse_teacher(task, response):
-    """Generated continuation after the prompt -> {"program","input"} (code_i/code_o) or {"inputs","message"}
-    (code_f), or None for a format error."""
+    """Generated continuation after the prompt -> {"program","input"} (code_i/code_o) or
+    {"inputs","message"} (code_f), or None for a format error."""
     answer = _answer(response)
     if answer is None:
         return None
@@ -254,7 +260,8 @@ def parse_student(task, response):
         programs = _fences(answer, {"python", "py", ""})
         return programs[-1] if programs and programs[-1].strip() else None
     fenced = _fences(answer, {"output" if task == "code_o" else "input"})
-    text = fenced[-1] if fenced else answer   # AZR's last resort: the whole answer is the input/output
+    # AZR's last resort: the whole answer is the input/output
+    text = fenced[-1] if fenced else answer
     return text.strip() or None
 
 
@@ -271,8 +278,9 @@ def _root(node):
 
 
 def _nodes(tree):
-    """All nodes of a tree but the Load/Add/... markers (a third of them; the screen reads them through their
-    parent), iteratively (model text can nest past the recursion limit); ~2x faster than ast.walk."""
+    """All nodes of a tree but the Load/Add/... markers (a third of them; the screen reads them
+    through their parent), iteratively (model text can nest past the recursion limit); ~2x faster
+    than ast.walk."""
     out, stack, node_type = [], [tree], ast.AST
     while stack:
         node = stack.pop()
@@ -289,15 +297,18 @@ def _nodes(tree):
 def _screen(tree):
     """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching; returns the nodes."""
     nodes, imported, bound, modules, direct = _nodes(tree), set(), set(), set(), set()
-    for node in nodes:                            # exact types (ast.parse output), most frequent first
+    # exact types (ast.parse output), most frequent first
+    for node in nodes:
         kind = type(node)
         if kind is ast.Name:
             if type(node.ctx) is not ast.Load:
                 bound.add(node.id)
         elif kind is ast.Attribute:
-            direct.add(id(node.value))            # a module's name as `module.x` (not an alias of it)
+            # a module's name as `module.x` (not an alias of it)
+            direct.add(id(node.value))
         elif kind is ast.Call:
-            direct.add(id(node.func))             # getattr & co. as `getattr(...)` (not an alias of it)
+            # getattr & co. as `getattr(...)` (not an alias of it)
+            direct.add(id(node.func))
         elif kind is ast.arg:
             bound.add(node.arg)
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
@@ -339,7 +350,8 @@ def _screen(tree):
             if isinstance(node.func, ast.Name) and node.func.id in ATTR_CALLS and node.func.id not in bound:
                 name = node.args[1] if len(node.args) > 1 else None
                 if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not
-                        name.value.startswith("__") and name.value not in BANNED_ATTRS):   # getattr(codecs, "sys")
+                        # getattr(codecs, "sys")
+                        name.value.startswith("__") and name.value not in BANNED_ATTRS):
                     raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
                 root = _root(node.args[0])
                 if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name) and root.id in imported:
@@ -446,7 +458,8 @@ def _validity_jobs(task, p, timeout):
         raise Invalid("the input appears verbatim in the program")
     job = {"code": program, "imports": imports, "calls": calls, "mode": "repr", "repr_cap": MAX_REPR,
            "timeout": timeout}
-    return program, [dict(job, family=0), dict(job, family=1, roundtrip=False)]   # the 2nd run only compares reprs
+    # the 2nd run only compares reprs
+    return program, [dict(job, family=0), dict(job, family=1, roundtrip=False)]
 
 
 def _outputs(run):
@@ -476,10 +489,11 @@ def _validity(task, a, b):
 
 
 def validate(task, proposals, timeout=5.0):
-    """Proposals -> [{"valid", "reason", "program", "output" (code_f: "outputs"), "gold"}]; each valid proposal
-    ran twice, in two separately started interpreters, in parallel with the others. "output(s)": the repr
-    string(s) students see; "gold": the canonical encoding(s) of the value(s) grading compares with (code_f:
-    one per input), plain JSON data (lists and strings), None unless valid. Never raises for bad model text."""
+    """Proposals -> [{"valid", "reason", "program", "output" (code_f: "outputs"), "gold"}]; each
+    valid proposal ran twice, in two separately started interpreters, in parallel with the others.
+    "output(s)": the repr string(s) students see; "gold": the canonical encoding(s) of the value(s)
+    grading compares with (code_f: one per input), plain JSON data (lists and strings), None unless
+    valid. Never raises for bad model text."""
     key = "outputs" if _task(task) == "code_f" else "output"
     results, jobs, owners = [], [], []
     for i, p in enumerate(proposals):
@@ -495,15 +509,16 @@ def validate(task, proposals, timeout=5.0):
     for i, a, b in zip(owners, runs[0::2], runs[1::2]):
         try:
             results[i].update(_validity(task, a, b))
-        except ValueError:                        # what a child sent does not parse: this item fails, alone
+        # what a child sent does not parse: this item fails, alone
+        except ValueError:
             results[i]["reason"] = "error: malformed result"
     return results
 
 
 def add_golds(task, problems, timeout=5.0):
-    """Problems stored before golds were (no "gold" key: an old archive or checkpoint) -> the same list with
-    "gold" filled in by validating each again; None in place of one that is no longer valid or whose output
-    changed. Problems that have a "gold" come back unchanged, unrun."""
+    """Problems stored before golds were (no "gold" key: an old archive or checkpoint) -> the same
+    list with "gold" filled in by validating each again; None in place of one that is no longer
+    valid or whose output changed. Problems that have a "gold" come back unchanged, unrun."""
     key = "outputs" if _task(task) == "code_f" else "output"
     fields = ("program", "inputs", "message") if task == "code_f" else ("program", "input")
     out, todo = list(problems), []
@@ -542,9 +557,9 @@ def _grading_job(task, a, timeout):
         job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])], "mode": "encode",
                "timeout": timeout}
         return job, [a["gold"]]
-    # code_i: first the answer's arguments, as plain values (with f in scope, as AZR: an input may call f);
-    # _call_f then runs f on them in a fresh child, so what the answer did to f or to that child (claim f's
-    # value, which the prompt shows, swap f.__code__) is gone
+    # code_i: first the answer's arguments, as plain values (with f in scope, as AZR: an input may
+    # call f); _call_f then runs f on them in a fresh child, so what the answer did to f or to that
+    # child (claim f's value, which the prompt shows, swap f.__code__) is gone
     pack = "def __pack__(*args, **kwargs):\n    return args, kwargs\n"
     job = {"code": program + "\n" + pack, "imports": imports, "calls": ["__pack__" + call_text(a["answer"])[1:]],
            "mode": "encode", "timeout": timeout, "program": program}
@@ -552,8 +567,9 @@ def _grading_job(task, a, timeout):
 
 
 def _call_f(jobs, runs, timeout):
-    """code_i, second step: f on the arguments each first run sent back (decoded, checked to be plain values,
-    and handed to a fresh child as an encoding, decoded there before any code runs) -> the final runs."""
+    """code_i, second step: f on the arguments each first run sent back (decoded, checked to be
+    plain values, and handed to a fresh child as an encoding, decoded there before any code runs) ->
+    the final runs."""
     calls, owners = [], []
     for n, (job, run) in enumerate(zip(jobs, runs)):
         if not run["ok"]:
@@ -574,11 +590,12 @@ def _call_f(jobs, runs, timeout):
 
 
 def grade(task, attempts, timeout=5.0):
-    """Attempts -> [{"correct", "reason"}], run in the sandbox in parallel and judged here. An attempt is a
-    problem as validate made it ("program", "input"/"inputs", "output(s)", "gold"; other keys ignored) plus
-    "answer": code_o an output, code_i an input, code_f a program (graded on the hidden last half of the pairs).
-    Correct when each gold == the answer's value (Python's ==, as AZR, on values decoded here from the child's
-    encodings: builtin types only, so no always-equal object). `answer` None (a format error) scores False."""
+    """Attempts -> [{"correct", "reason"}], run in the sandbox in parallel and judged here. An
+    attempt is a problem as validate made it ("program", "input"/"inputs", "output(s)", "gold";
+    other keys ignored) plus "answer": code_o an output, code_i an input, code_f a program (graded
+    on the hidden last half of the pairs). Correct when each gold == the answer's value (Python's
+    ==, as AZR, on values decoded here from the child's encodings: builtin types only, so no
+    always-equal object). `answer` None (a format error) scores False."""
     results, jobs, owners, golds, _ = [], [], [], [], _task(task)
     for i, a in enumerate(attempts):
         results.append({"correct": False, "reason": ""})
@@ -606,16 +623,16 @@ def grade(task, attempts, timeout=5.0):
 # ----------------------------------------------------------------------------- encodings, decided here
 
 def decode(encoding):
-    """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands for, made
-    here of builtin and collections/fractions/decimal types only, so `==` on it runs no model code. Schema,
-    size and depth are checked; raises ValueError otherwise (sandbox.decode)."""
+    """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands
+    for, made here of builtin and collections/fractions/decimal types only, so `==` on it runs no
+    model code. Schema, size and depth are checked; raises ValueError otherwise (sandbox.decode)."""
     return sandbox.decode(encoding)
 
 
 def equal(gold, encoding):
-    """AZR's verdict on one value: gold == value, Python's == on the two decoded values (dict and set order
-    ignored, 1 == 1.0 == True, Counter == dict, list != tuple, nan != nan, -0.0 == 0.0). False for anything
-    malformed."""
+    """AZR's verdict on one value: gold == value, Python's == on the two decoded values (dict and
+    set order ignored, 1 == 1.0 == True, Counter == dict, list != tuple, nan != nan, -0.0 == 0.0).
+    False for anything malformed."""
     try:
         return bool(decode(gold) == decode(encoding))
     except (ValueError, ArithmeticError, RecursionError, MemoryError, TypeError):
@@ -626,11 +643,12 @@ def equal(gold, encoding):
 
 
 def execute(jobs, timeout=5.0):
-    """Generic sandboxed runs (benchmark tests): job {"code", "stdin" = "", "timeout" (optional), "memory_mb"
-    (optional, default 1024)} -> {"ok", "stdout" (capped at 1 MiB), "error", "cpu_s" (the run's CPU seconds, as
-    the kernel counted them: a time the program cannot fake)}. The time limit is the sandbox's wall-clock kill,
-    not an alarm inside the program. No static screen (see docstring). stdout is the program's to write: what
-    it says is to be checked by the caller, never trusted (graders.py)."""
+    """Generic sandboxed runs (benchmark tests): job {"code", "stdin" = "", "timeout" (optional),
+    "memory_mb" (optional, default 1024)} -> {"ok", "stdout" (capped at 1 MiB), "error", "cpu_s"
+    (the run's CPU seconds, as the kernel counted them: a time the program cannot fake)}. The time
+    limit is the sandbox's wall-clock kill, not an alarm inside the program. No static screen (see
+    docstring). stdout is the program's to write: what it says is to be checked by the caller, never
+    trusted (graders.py)."""
     results, runs, owners = [], [], []
     for i, job in enumerate(jobs):
         results.append({"ok": False, "stdout": "", "error": "", "cpu_s": 0.0})
@@ -646,15 +664,17 @@ def execute(jobs, timeout=5.0):
     return results
 
 
-UNSAFE_FLAG = "unsafe_sandbox_without_filesystem_isolation"   # the config key / flag that accepts the risk
+# the config key / flag that accepts the risk
+UNSAFE_FLAG = "unsafe_sandbox_without_filesystem_isolation"
 
 
 def require_isolation(accept_risk=False):
-    """Start-up check for train.py and evaluate.py -> sandbox.layers(). Raises SystemExit, saying why and what to
-    do, when the sandbox's children have no filesystem isolation (neither a mount namespace nor Landlock: an
-    old kernel, Landlock off, no user namespaces, the landlock binding missing): model-written code could then
-    read this user's files (keys, tokens) into the archive, prompts and logs, and delete them (checkpoints).
-    With accept_risk (--unsafe_sandbox_without_filesystem_isolation) it warns on stderr and goes on."""
+    """Start-up check for train.py and evaluate.py -> sandbox.layers(). Raises SystemExit, saying
+    why and what to do, when the sandbox's children have no filesystem isolation (neither a mount
+    namespace nor Landlock: an old kernel, Landlock off, no user namespaces, the landlock binding
+    missing): model-written code could then read this user's files (keys, tokens) into the archive,
+    prompts and logs, and delete them (checkpoints). With accept_risk
+    (--unsafe_sandbox_without_filesystem_isolation) it warns on stderr and goes on."""
     lay = sandbox.layers()
     if lay["filesystem_isolation"]:
         return lay
@@ -681,13 +701,15 @@ def shutdown():
 # ----------------------------------------------------------------------------- complexity
 
 
-_MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)   # Load, And, Add, ...: not depth
+# Load, And, Add, ...: not depth
+_MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
 
 def complexity(program):
     """{"ast_depth", "cyclomatic", "loc", "variables"} of a program (all 0 if it does not parse).
-    cyclomatic = 1 + branch points (if/loops/except/with-less boolean operands/comprehension clauses/match
-    cases/ternaries/asserts); loc = non-blank, non-comment lines; variables = distinct bound names."""
+    cyclomatic = 1 + branch points (if/loops/except/with-less boolean operands/comprehension
+    clauses/match cases/ternaries/asserts); loc = non-blank, non-comment lines; variables = distinct
+    bound names."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):

@@ -36,9 +36,10 @@ def _literal(text):
 
 
 def seed_tally(rows, results, rechecks=2):
-    """AZR seed rows ({"snippet"|"program", "input", "output"}) + validate results -> (tally dict, unexplained).
-    A set-order-dependent program can pass one check when the two hash seeds happen to agree; programs that
-    would land in "unexplained" are re-validated on freshly started zygotes (new seeds) `rechecks` times."""
+    """AZR seed rows ({"snippet"|"program", "input", "output"}) + validate results -> (tally dict,
+    unexplained). A set-order-dependent program can pass one check when the two hash seeds happen to
+    agree; programs that would land in "unexplained" are re-validated on freshly started zygotes
+    (new seeds) `rechecks` times."""
     tally, odd = dict.fromkeys(["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"], 0), []
     for row, r in zip(rows, results):
         rec = row["output"]
@@ -50,7 +51,8 @@ def seed_tally(rows, results, rechecks=2):
             elif rec == "":
                 key = "recorded_empty"  # AZR's leaky status check stored '' (azr.md §9.3)
             elif r["reason"].startswith("non-deterministic"):
-                key = "hash_order"     # set order changes with the hash seed: our two-interpreter check rejects it
+                # set order changes with the hash seed: our two-interpreter check rejects it
+                key = "hash_order"
             else:
                 key = "unexplained"
                 if attempt < rechecks:
@@ -69,7 +71,9 @@ def pool_cpu_s():
     total, tick = sum(os.times()[:2]), os.sysconf("SC_CLK_TCK")
     for w in sandbox._pool["workers"]:
         pids = [w["proc"].pid]
-        try:   # without root the zygote proper is the child of the process we started (a PID namespace's init)
+        # without root the zygote proper is the child of the process we started (a PID namespace's
+        # init)
+        try:
             pids += [int(p) for p in open(f"/proc/{pids[0]}/task/{pids[0]}/children").read().split()]
         except OSError:
             pass
@@ -112,7 +116,8 @@ def main():
 
     naive = proposals[:args.naive]
     start = time.perf_counter()
-    for p in naive:                                          # trusted AZR seed data, hence unsandboxed here
+    # trusted AZR seed data, hence unsandboxed here
+    for p in naive:
         subprocess.run([sys.executable, "-c", f"{p['program']}\nprint(repr(f(\n{p['input']}\n)))"],
                        capture_output=True, timeout=30)
     naive_rate = len(naive) / (time.perf_counter() - start)

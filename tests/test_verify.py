@@ -1,5 +1,5 @@
-"""verify.py + sandbox.py: prompts, parsers, validity, grading, complexity, CLI, hostile code, the worker pool,
-and the AZR seed tally (real data, skipped without ../shared)."""
+"""verify.py + sandbox.py: prompts, parsers, validity, grading, complexity, CLI, hostile code, the
+worker pool, and the AZR seed tally (real data, skipped without ../shared)."""
 import json
 import os
 import resource
@@ -60,7 +60,8 @@ PY, INP = "```python\ndef f(x):\n    return x\n```", "```input\n1, 2\n```"
 TEACHER_CASES = [
     ("code_o", think(f"{PY}\n{INP}"), {"program": "def f(x):\n    return x", "input": "1, 2"}),
     ("code_o", think(f"```\ndef g(x):\n    return x\n```\n{INP}\n```python\nother\n```\n```input\n3\n```"),
-     {"program": "def g(x):\n    return x", "input": "1, 2"}),                     # first fences win
+     # first fences win
+     {"program": "def g(x):\n    return x", "input": "1, 2"}),
     ("code_i", think(f"{PY}\n```input\n[1,\n 2]\n```"), {"program": "def f(x):\n    return x", "input": "[1,\n 2]"}),
     ("code_o", think(PY), None),                                                  # no input fence
     ("code_o", f" no closing think <answer>{PY}{INP}</answer>", None),
@@ -82,12 +83,14 @@ def test_parse_teacher(task, response, expected):
 
 STUDENT_CASES = [
     ("code_o", think("```output\n1\n```\n```output\n[2, 3]\n```"), "[2, 3]"),    # last fence
-    ("code_o", think("  'abc'  "), "'abc'"),                                       # whole answer as fallback
+    # whole answer as fallback
+    ("code_o", think("  'abc'  "), "'abc'"),
     ("code_i", think("```input\n'a',\n'b'\n```"), "'a',\n'b'"),
     ("code_i", think(""), None),
     ("code_f", think("```python\ndef f(x): return 1\n```\ntext\n```python\ndef f(x):\n    return 2\n```"),
      "def f(x):\n    return 2"),
-    ("code_f", think("def f(x): return 1"), None),                                 # code_f needs a fence
+    # code_f needs a fence
+    ("code_f", think("def f(x): return 1"), None),
     ("code_o", "<answer>1</answer>", None),                                        # no </think>
     ("code_o", None, None),
 ]
@@ -121,7 +124,8 @@ VALIDITY_CASES = [   # (program, input, valid, reason fragment)
     ("import numpy.random\ndef f(x):\n    return x", "1", False, "banned import: random"),
     ("def f(x):\n    return eval('x')", "1", False, "banned name: eval"),
     ("def f(x):\n    g = open\n    return x", "1", False, "banned name: open"),
-    ("def f(input):\n    return input * 2", "3", True, "valid"),           # a parameter called input is fine
+    # a parameter called input is fine
+    ("def f(input):\n    return input * 2", "3", True, "valid"),
     ("def f(x):\n    return ().__class__.__bases__[0]", "1", False, "banned attribute"),
     ("def f(x):\n    return getattr(f, '__glob' + 'als__')", "1", False, "needs a constant"),
     ("def f(x):\n    return '{0.__globals__}'.format(f)", "1", False, "banned name in a string"),
@@ -139,7 +143,8 @@ VALIDITY_CASES = [   # (program, input, valid, reason fragment)
     ("def f(x):\n    return {'kiwi', 'fig', 'plum', 'pear', 'lime', 'date', 'yuzu', 'sloe'}", "1", False,
      "non-deterministic"),
     ("def f(x):\n    return sorted({'kiwi', 'fig', 'plum', 'pear', 'lime'})", "1", True, "valid"),
-    ("def f(x):\n    return x", "1), (2", False, "not an argument list"),      # no call-text injection
+    # no call-text injection
+    ("def f(x):\n    return x", "1), (2", False, "not an argument list"),
     ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
     ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False, "banned attribute"),
     ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "banned import: posix"),
@@ -196,21 +201,27 @@ GRADE_CASES = [   # (task, attempt, correct)
     ("code_o", dict(CODE_O, answer="__import__('os')"), False),
     ("code_o", dict(CODE_O, answer=None), False),
     ("code_o", dict(COUNTER, answer="Counter({'b': 1, 'a': 2})"), True),
-    ("code_o", dict(COUNTER, answer="{'a': 2, 'b': 1}"), True),                  # Counter == dict, as Python
+    # Counter == dict, as Python
+    ("code_o", dict(COUNTER, answer="{'a': 2, 'b': 1}"), True),
     ("code_i", dict(CODE_O, answer="3"), True),
     ("code_i", dict(CODE_O, answer="4"), False),
-    ("code_i", dict(PROBLEMS[0], answer="[2, 3, 1],\n'x'"), True),              # another input that works
+    # another input that works
+    ("code_i", dict(PROBLEMS[0], answer="[2, 3, 1],\n'x'"), True),
     ("code_i", dict(CODE_O, answer="3), (4"), False),
-    ("code_i", dict(CODE_O, answer="f(1)[0] + 2"), True),                       # an input may call f (AZR seeds)
+    # an input may call f (AZR seeds)
+    ("code_i", dict(CODE_O, answer="f(1)[0] + 2"), True),
 ]
 F_ATTEMPT = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k in range(10)],
              "outputs": [str(2 * k) for k in range(10)], "message": "doubles"}
 GRADE_CASES += [
     ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return x + x"), True),
     ("code_f", dict(F_ATTEMPT, answer="def double(y):\n    return 2 * y"), True),   # renamed to f
-    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x < 5 else 0"), False),  # fails hidden half
-    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x >= 5 else 0"), True),  # shown half unchecked
-    ("code_f", dict(F_ATTEMPT, answer=ALWAYS_EQ), False),                        # always-equal object
+    # fails hidden half
+    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x < 5 else 0"), False),
+    # shown half unchecked
+    ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x >= 5 else 0"), True),
+    # always-equal object
+    ("code_f", dict(F_ATTEMPT, answer=ALWAYS_EQ), False),
     ("code_f", dict(F_ATTEMPT, answer="class I(int):\n    def __eq__(s, o):\n        return True\n"
                                       "def f(x):\n    return I(0)"), False),
     ("code_f", dict(F_ATTEMPT, answer="import os\ndef f(x):\n    return 2 * x"), False),
@@ -334,7 +345,8 @@ HOSTILE = [
     ("fork bomb", "import os\nwhile True:\n    os.fork()", "NoneType"),
     ("raw fork", "import ctypes\nlibc = ctypes.CDLL(None)\nassert all(libc.fork() == -1 for _ in range(50))", "ok"),
     ("threads", "import threading\nthreading.Thread(target=print).start()", "can't start new thread"),
-    ("memory bomb", "x = []\nwhile True:\n    x.append(' ' * 10**6)", "MemoryError|timeout"),   # load-dependent
+    # load-dependent
+    ("memory bomb", "x = []\nwhile True:\n    x.append(' ' * 10**6)", "MemoryError|timeout"),
     ("9**9**9", "x = 9**9**9", "timeout"),
     ("deep recursion", "def r(n):\n    return r(n + 1)\nr(0)", "RecursionError"),
     ("write file", "open('{victim}', 'w').write('pwned')", "contained"),
@@ -367,7 +379,8 @@ HOSTILE = [
 
 def test_hostile_code_is_contained(victims, monkeypatch):
     victim, new = victims[-1], os.path.join(os.path.dirname(victims[-1]), f"new-{uuid.uuid4().hex}")
-    sandbox.shutdown()                                  # restart the pool with a secret in our environment
+    # restart the pool with a secret in our environment
+    sandbox.shutdown()
     monkeypatch.setenv("POPULORA_SECRET", "hunter2")
     jobs = [{"code": code.format(victim=victim, new=new, repo=ROOT), "timeout": 2.0} for _, code, _ in HOSTILE]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -383,32 +396,37 @@ def test_hostile_code_is_contained(victims, monkeypatch):
         with pytest.raises(ProcessLookupError):           # the child that ran it is gone
             os.kill(r["pid"], 0)
     assert elapsed < 2.0 * len(HOSTILE) / len(sandbox._pool["workers"]) + 10
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000   # KiB: parent memory bounded
+    # KiB: parent memory bounded
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000
     assert all(open(v).read() == "intact" for v in victims) and not os.path.exists(new)
     assert set(sandbox_children().values()) == {0}      # no child survives its call
-    after = sandbox.run([{"code": "print(len([1, 2]))"}] * 8)   # the pool still works, builtins unpatched
+    # the pool still works, builtins unpatched
+    after = sandbox.run([{"code": "print(len([1, 2]))"}] * 8)
     assert [r["stdout"] for r in after] == ["2\n"] * 8
 
 
 def test_a_job_cannot_take_the_next_jobs_cwd(monkeypatch):
-    """Children's cwds are made by the zygote in a folder of its own: a child cannot pre-create the next job's cwd
-    name (which once crashed the zygote, failing whatever job came next)."""
+    """Children's cwds are made by the zygote in a folder of its own: a child cannot pre-create the
+    next job's cwd name (which once crashed the zygote, failing whatever job came next)."""
     plant = ("import os\nmade = 0\nfor k in range(1, 300):\n    for name in ('../%d' % k, '../job%d' % k):\n"
              "        try:\n            os.mkdir(name)\n            made += 1\n        except OSError:\n            pass\n"
              "print(made)")
-    monkeypatch.setattr(sandbox, "WORKERS_PER_FAMILY", 1)   # one zygote per family: the next job runs on the same one
+    # one zygote per family: the next job runs on the same one
+    monkeypatch.setattr(sandbox, "WORKERS_PER_FAMILY", 1)
     sandbox.shutdown()
     try:
         res = sandbox.run([{"code": plant, "family": 0}] + [{"code": "print('ran')", "family": 0}] * 3)
     finally:
-        sandbox.shutdown()                                   # the next test gets the default pool back
+        # the next test gets the default pool back
+        sandbox.shutdown()
     assert res[0]["ok"] and res[0]["stdout"] == ("0\n" if os.geteuid() == 0 else res[0]["stdout"]), res[0]
     assert [(r["ok"], r["stdout"]) for r in res[1:]] == [(True, "ran\n")] * 3, res[1:]
 
 
 def test_hostile_programs_are_invalid():
     programs = []
-    for _, code, _ in HOSTILE:   # as the body of a proposal: rejected by the screen or fails at run time
+    # as the body of a proposal: rejected by the screen or fails at run time
+    for _, code, _ in HOSTILE:
         body = "\n".join("    " + line for line in code.format(victim="/x", new="/y", repo=ROOT).splitlines())
         programs.append({"program": f"def f(n):\n{body}\n    return 1", "input": "1"})
     res = verify.validate("code_o", programs, timeout=1.0)
@@ -417,12 +435,14 @@ def test_hostile_programs_are_invalid():
 
 def test_execute_stdin_big_code_memory_and_timeouts():
     prog = "import sys\ndata = sys.stdin.read().split()\nprint(sum(map(int, data)))\n"
-    big = "x = [\n" + "    1,\n" * 60_000 + "]\nassert sum(x) == 60000\nprint('big')\n"   # ~400 KB of code
+    # ~400 KB of code
+    big = "x = [\n" + "    1,\n" * 60_000 + "]\nassert sum(x) == 60000\nprint('big')\n"
     jobs = [{"code": prog, "stdin": " ".join(map(str, range(100_000)))},
             {"code": "print(input())\nprint(input())", "stdin": "a\nb\n"},
             {"code": big},
             {"code": "assert 1 == 2, 'nope'"},
-            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)"},   # address space only: fast, no RAM used
+            # address space only: fast, no RAM used
+            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)"},
             {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)\nprint('fits')", "memory_mb": 2048},
             {"code": "import time\ntime.sleep(30)", "timeout": 0.5},
             {"code": 5}]
@@ -444,7 +464,8 @@ def test_unknown_task_and_compile_errors():
         verify.student_prompt("code_e", PROBLEMS[0])
     res = verify.execute([{"code": "def f(:\n    pass"}, {"code": "x = '\0'"}, {"code": "print('x' '\\0')"}])
     assert not res[0]["ok"] and res[0]["error"].startswith("SyntaxError")
-    assert "null bytes" in res[1]["error"] and res[2]["stdout"] == "x\x00\n"   # NUL in source vs in output
+    # NUL in source vs in output
+    assert "null bytes" in res[1]["error"] and res[2]["stdout"] == "x\x00\n"
 
 
 def test_batches_run_in_parallel_within_their_time_limits():
@@ -453,7 +474,8 @@ def test_batches_run_in_parallel_within_their_time_limits():
     res = verify.validate("code_o", loops, timeout=1.0)
     elapsed = time.monotonic() - start
     assert all(r["reason"] == "error: timeout" for r in res)
-    assert elapsed < 16 * 1.0 / len(sandbox._pool["workers"]) + 4    # 16 runs of 1 s, 4 at a time here
+    # 16 runs of 1 s, 4 at a time here
+    assert elapsed < 16 * 1.0 / len(sandbox._pool["workers"]) + 4
 
 
 # ----------------------------------------------------------------------------- the pool
@@ -489,8 +511,10 @@ def test_zygote_dying_mid_job_is_replaced():
     assert [r["error"] for r in res] == ["worker died"] * 2 and time.monotonic() - start < 10
     assert sandbox.run([{"code": "print(7)"}])[0]["stdout"] == "7\n"
     assert not set(zygotes) & {pid for pid, _ in sandbox.layers()["workers"]}
-    family0 = [w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0]   # a job queued behind a dying
-    threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in family0]).start()   # one runs elsewhere
+    # a job queued behind a dying
+    family0 = [w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0]
+    # one runs elsewhere
+    threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in family0]).start()
     res = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30, "family": 0}] +
                       [{"code": "print(7)", "family": 0}] * 3)
     assert [(r["error"], r["stdout"]) for r in res] == [("worker died", "")] + [("", "7\n")] * 3
