@@ -69,7 +69,6 @@ ERROR_CAP = 1000            # chars of a child's error message kept
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
-UID_BASE = 60000            # children run as UID_BASE + zygote number (root only)
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
            "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
            # not socket, subprocess, shutil: see _GuardHook
@@ -772,7 +771,8 @@ def _job(job, workdir, uid, view):
         _dup2(_null, 0)
     _chdir("/")
     retire = not _clean(workdir, forked_ns)
-    header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, usage.ru_utime + usage.ru_stime, usage.ru_minflt)
+    cpu = usage.ru_utime + usage.ru_stime
+    header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
     if not error and size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1:
         # exactly one line, the child's (the parent checks it all)
         return header, size, retire

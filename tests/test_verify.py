@@ -544,3 +544,12 @@ def test_azr_seed_tally():
     print("AZR seed tally:", json.dumps(tally))
     assert sum(tally.values()) == 256 and tally["truncated"] == 7 and tally["reproduced"] >= 240
     assert tally["unexplained"] == 0, odd
+
+
+def test_results_carry_the_zygotes_own_measures():
+    """cpu_s (the kernel's count, from wait4) and wall_s are the zygote's, not the child's word."""
+    sleep, spin = sandbox.run([{"code": "import time\ntime.sleep(0.3)"},
+                               {"code": "import time\nend = time.process_time() + 0.3\n"
+                                        "while time.process_time() < end:\n    pass"}])
+    assert 0.3 <= sleep["wall_s"] < 3 and sleep["cpu_s"] < 0.2, sleep
+    assert 0.3 <= spin["cpu_s"] < 3 and spin["wall_s"] >= spin["cpu_s"] - 0.05, spin
