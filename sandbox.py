@@ -1,44 +1,52 @@
-"""Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in verify.py).
+"""Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in
+verify.py).
 
-API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys: _evaluate, _job),
-decode(encoding), layers() (every layer, on or off, and why), seccomp_programs(), shutdown().
+API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:
+_evaluate, _job), decode(encoding), layers() (every layer, on or off, and why), seccomp_programs(),
+shutdown().
 
-Design. The calling process never forks and never runs model text; it compiles each job (which runs nothing) and
-ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm interpreters launched separately, each
-with its own random PYTHONHASHSEED, in two families (a validity check's two runs go to different families, so set
-order can differ). Per job a zygote makes the child's fresh cwd (a random name) and forks; the child ends the
-lock-down, runs the job and writes one JSON line; the zygote forwards it with what it measured itself (pid, the
-child's CPU seconds from wait4), empties the private /tmp folders, and retires if that fails. No gold ever
-enters a child: a child returns a canonical encoding of each value (_encode: exact builtin and collections/
-fractions/decimal types, checked with the real `type`, size and depth capped) and the parent decides (verify.py).
-User code can write the result line itself, so the parent parses every line as hostile (_decode): schema, types,
-caps, one entry per call; a bad line fails its job alone. Results pass through an mmap buffer the children do not
-inherit, given back to the kernel after each job, so no child finds an earlier job's result in its memory.
+Design. The calling process never forks and never runs model text; it compiles each job (which runs
+nothing) and ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm
+interpreters launched separately, each with its own random PYTHONHASHSEED, in two families (a
+validity check's two runs go to different families, so set order can differ). Per job a zygote makes
+the child's fresh cwd (a random name) and forks; the child ends the lock-down, runs the job and
+writes one JSON line; the zygote forwards it with what it measured itself (pid, the child's CPU
+seconds from wait4), empties the private /tmp folders, and retires if that fails. No gold ever
+enters a child: a child returns a canonical encoding of each value (_encode: exact builtin and
+collections/fractions/decimal types, checked with the real `type`, size and depth capped) and the
+parent decides (verify.py). User code can write the result line itself, so the parent parses every
+line as hostile (_decode): schema, types, caps, one entry per call; a bad line fails its job alone.
+Results pass through an mmap buffer the children do not inherit, given back to the kernel after each
+job, so no child finds an earlier job's result in its memory.
 
 Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
-  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE = 0,
-     RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as root, children
-     drop to a uid of a random range per pool (another trainer's children have other uids); no_new_privs; a
-     scrubbed environment; stdin /dev/null or the job's; capped in-memory stdout/stderr (1 MiB / 64 KiB).
-  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the last three via
-     an import hook); zygotes run with -S: no site code, exit, quit or help.
-  4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is replaced.
-  5. namespaces. As root: a mount namespace (every filesystem read-only, fresh small tmpfs on /tmp, /var/tmp,
-     /dev/shm, /run/lock, emptied after every job; /root, /home, $HOME and the repo's folder covered, the
-     interpreter's folders bound back) and a network namespace (no interface up). Without root: the same inside a
-     user namespace mapping only our uid, plus a PID namespace whose init is the zygote (children can signal
-     only themselves and it). Root without CAP_SYS_ADMIN gets neither (a user namespace would make root-owned
-     files its children's).
-  6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its children may read
-     only the interpreter's folders and shared libraries, and write only the jobs' folder (and the private tmpfs).
-  7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote, inherited): no
-     unshare/setns/mount, ptrace, process_vm_*, bpf, keyctl, io_uring, namespace clone flags, chmod/chown/utime/
-     xattr; where children keep our uid and no PID namespace hides other processes, or stay root, each child adds
-     a filter denying signals and fork.
-Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the interpreter's
-folders stay readable; without Landlock and a mount namespace, children can read and delete what this user can
-(verify.require_isolation refuses to start then). A child that reaches raw syscalls (past the static screen) can
-write its own result line: grading is unaffected (it never sees a gold), but a proposal can claim its own output.
+  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE =
+     0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as
+     root, children drop to a uid of a random range per pool (another trainer's children have other
+     uids); no_new_privs; a scrubbed environment; stdin /dev/null or the job's; capped in-memory
+     stdout/stderr (1 MiB / 64 KiB).
+  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the
+     last three via an import hook); zygotes run with -S: no site code, exit, quit or help.
+  4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
+     replaced.
+  5. namespaces. As root: a mount namespace (every filesystem read-only, fresh small tmpfs on /tmp,
+     /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, $HOME and the repo's
+     folder covered, the interpreter's folders bound back) and a network namespace (no interface
+     up). Without root: the same inside a user namespace mapping only our uid, plus a PID namespace
+     whose init is the zygote (children can signal only themselves and it). Root without
+     CAP_SYS_ADMIN gets neither (a user namespace would make root-owned files its children's).
+  6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its
+     children may read only the interpreter's folders and shared libraries, and write only the jobs'
+     folder (and the private tmpfs).
+  7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote,
+     inherited): no unshare/setns/mount, ptrace, process_vm_*, bpf, keyctl, io_uring, namespace
+     clone flags, chmod/chown/utime/xattr; where children keep our uid and no PID namespace hides
+     other processes, or stay root, each child adds a filter denying signals and fork.
+Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
+interpreter's folders stay readable; without Landlock and a mount namespace, children can read and
+delete what this user can (verify.require_isolation refuses to start then). A child that reaches raw
+syscalls (past the static screen) can write its own result line: grading is unaffected (it never
+sees a gold), but a proposal can claim its own output.
 """
 import atexit
 import ctypes
@@ -158,10 +166,11 @@ def _encode(value, parts, budget, depth=0):
 MAX_DEPTH = 100        # nesting levels of an encoded value
 MAX_UNITS = 1 << 16    # size budget of one encoded value (see _encode)
 _SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
-_MAPPINGS = {dict: "dict", OrderedDict: "OrderedDict", Counter: "Counter", defaultdict: "defaultdict"}
-_TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", complex: "complex", bytes: "bytes",
-         bytearray: "bytearray", range: "range", Fraction: "Fraction", Decimal: "Decimal",
-         bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
+_MAPPINGS = {dict: "dict", OrderedDict: "OrderedDict", Counter: "Counter",
+             defaultdict: "defaultdict"}
+_TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", complex: "complex",
+         bytes: "bytes", bytearray: "bytearray", range: "range", Fraction: "Fraction",
+         Decimal: "Decimal", bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
 _BOOLS = {True: '["True"]', False: '["False"]'}
 _escape = json.encoder.encode_basestring_ascii
 
@@ -180,7 +189,8 @@ def decode(encoding):
 
 _EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
 _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
-               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter, "defaultdict": defaultdict}
+               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter,
+               "defaultdict": defaultdict}
 
 
 def _text(item, budget):
@@ -316,8 +326,10 @@ def _outcome(job):
         stdout = ""
     esc = _escape
     if values is None:
-        return '{"ok": false, "error": %s, "stdout": %s, "values": null}\n' % (esc(error), esc(stdout))
-    return '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n' % (esc(stdout), ", ".join(values))
+        line = '{"ok": false, "error": %s, "stdout": %s, "values": null}\n'
+        return line % (esc(error), esc(stdout))
+    line = '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n'
+    return line % (esc(stdout), ", ".join(values))
 
 
 def _guard():
@@ -439,31 +451,37 @@ def _namespaces(repo, home):
     uid; a root without CAP_SYS_ADMIN skips it: in there its children would own every root-owned
     file). No root needed."""
     out = {"mount_namespace": [False, ""], "network_namespace": [False, ""],
-           "pid_namespace": [False, "not needed as root: children run as another uid, which cannot signal us"]}
+           "pid_namespace": [False, "not needed as root: children run as another uid, which "
+                                    "cannot signal us"]}
     in_user_ns = False
     if os.geteuid() != 0:
         if _libc.unshare(0x10000000) == 0:        # CLONE_NEWUSER
             uid, gid = os.getuid(), os.getgid()
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+            for name, text in maps:
                 with open(f"/proc/self/{name}", "w") as fh:
                     fh.write(text)
             in_user_ns = True
             out["pid_namespace"] = _pid_namespace()
         else:
-            why = f"no user namespace ({os.strerror(ctypes.get_errno())}; kernel.unprivileged_userns_clone?)"
+            error = os.strerror(ctypes.get_errno())
+            why = f"no user namespace ({error}; kernel.unprivileged_userns_clone?)"
             out = {k: [False, why] for k in out}
             return out
     hidden = _mount_setup(repo, home)
     via = " in a user namespace" if in_user_ns else ""
     if hidden is None:
-        out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({os.strerror(ctypes.get_errno())}{via})"
+        error = os.strerror(ctypes.get_errno())
+        out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({error}{via})"
     else:
-        out["mount_namespace"] = [True, f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"]
+        what = f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"
+        out["mount_namespace"] = [True, what]
         _hidden.extend(hidden)
     if _libc.unshare(0x40000000) == 0:            # CLONE_NEWNET
         out["network_namespace"] = [True, f"no interface up, not even loopback{via}"]
     else:
-        out["network_namespace"][1] = f"unshare(CLONE_NEWNET) refused ({os.strerror(ctypes.get_errno())}{via})"
+        error = os.strerror(ctypes.get_errno())
+        out["network_namespace"][1] = f"unshare(CLONE_NEWNET) refused ({error}{via})"
     return out
 
 
@@ -481,7 +499,7 @@ def _pid_namespace():
         os.closerange(0, 1 << 16)
         _exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return [True, "children see and can signal only themselves and their zygote (the namespace's init)"]
+    return [True, "children see and can signal only themselves and their zygote (the init)"]
 
 
 def _landlock_setup(landlock, read_paths, write_paths):
@@ -506,7 +524,8 @@ def _landlock_setup(landlock, read_paths, write_paths):
                 rights &= landlock.FSAccess.all_file()   # a file takes file rights only
             path_fd = os.open(path, os.O_PATH)
             ctypes.set_errno(0)
-            plumbing.get_add_rule()(fd, 1, ctypes.byref(plumbing.PathBeneathAttr(rights, path_fd)), 0)
+            rule = plumbing.PathBeneathAttr(rights, path_fd)
+            plumbing.get_add_rule()(fd, 1, ctypes.byref(rule), 0)   # LANDLOCK_RULE_PATH_BENEATH
             os.close(path_fd)
         global _landlock_restrict
         _landlock_restrict = plumbing.get_restrict_self()
@@ -542,8 +561,9 @@ def seccomp_programs():
                 except (OSError, ValueError):
                     pass                          # a syscall this architecture does not have
             if key == "zygote":
-                for flag in (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
-                    rules.add_rule(pyseccomp.ERRNO(1), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+                for flag in NAMESPACE_FLAGS:
+                    has_flag = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag)
+                    rules.add_rule(pyseccomp.ERRNO(1), "clone", has_flag)
                 rules.add_rule(pyseccomp.ERRNO(38), "clone3")
             fd = os.memfd_create("seccomp")
             rules.export_bpf(io.FileIO(fd, "w", closefd=False))
@@ -575,6 +595,8 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat futimesat "
                    # Landlock leaves these
                    "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
                    # fork too: a child that stays root is exempt from NPROC
                    "pidfd_getfd fork vfork clone")
@@ -600,7 +622,8 @@ def _zygote_main(number, home, uid_base, programs):
     layers = _namespaces(repo, home)
     uid = uid_base + number % 100_000
     if os.geteuid() != 0:
-        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 still binds)"]
+        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 "
+                                     "still binds)"]
     elif not _uid_works(uid):
         layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
     else:
@@ -615,7 +638,9 @@ def _zygote_main(number, home, uid_base, programs):
     # inherited by every child
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(kind, (value, value))
-    base = "/tmp" if layers["mount_namespace"][0] else __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
+    base = "/tmp"
+    if not layers["mount_namespace"][0]:
+        base = __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
     # like /tmp (which it is, with the mount namespace)
     os.chmod(base, 0o1777)
     # the zygote's: children reach their own cwd in here, make no name
@@ -631,18 +656,20 @@ def _zygote_main(number, home, uid_base, programs):
     layers["landlock"] = [_landlock is not None, why]
     signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
     layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
-    layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes (uid drop "
-                                 "or PID namespace)"]
+    layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes "
+                                 "(uid drop or PID namespace)"]
     if signals and programs["zygote"]:
-        layers["seccomp_signals"][1] = "a second filter per child denies signals and fork (~0.2 ms a run)"
+        layers["seccomp_signals"][1] = "a second filter per child denies signals and fork (~0.2 ms)"
         _signal_filter = _seccomp_load(programs["signals"])
     layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
     if uid == 0 and os.geteuid() == 0:
-        layers["pid_namespace"][1] = "not made as root (children that stay root are denied signals by seccomp)"
-        layers["no_fork"] = [_signal_filter is not None, "children stay root (NPROC does not bind them): "
-                             + ("seccomp denies fork" if _signal_filter is not None else "they can fork")]
-    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "hash_seed": os.environ.get("PYTHONHASHSEED"),
-             "base": base}
+        layers["pid_namespace"][1] = "not made as root (seccomp denies children that stay root signals)"
+        how = "they can fork"
+        if _signal_filter is not None:
+            how = "seccomp denies fork"
+        layers["no_fork"] = [_signal_filter is not None, f"children stay root (NPROC does not bind): {how}"]
+    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
+             "hash_seed": os.environ.get("PYTHONHASHSEED")}
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds
     # 1/2 /dev/null
     requests, replies = os.dup(0), os.dup(1)
@@ -846,7 +873,8 @@ def _rmtree(path):
 
 # ----------------------------------------------------------------------------- parent side (the pool)
 
-_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": __import__("_thread").allocate_lock()}
+_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0,
+         "lock": __import__("_thread").allocate_lock()}
 
 
 def _start(family):
@@ -1001,14 +1029,17 @@ def _dispatch(jobs, results, queues):
                         w["deadline"] = now + float(jobs[w["jobs"][0]].get("timeout", 5.0)) + GRACE_S
             # died (EOF) or hung: replace
             elif w["jobs"] and (data == b"" or now >= w["deadline"]):
-                results[w["jobs"].pop(0)] = {"ok": False, "error": "worker died" if data == b"" else "timeout",
-                                             "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
+                error = "timeout"
+                if data == b"":
+                    error = "worker died"
+                results[w["jobs"].pop(0)] = {"ok": False, "error": error, "stdout": "", "values": None,
+                                             "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
                 pending -= 1
                 _replace(n, w, jobs, queues)
 
 
 def _replace(n, worker, jobs, queues):
-    """Requeue the jobs a zygote was given but will not answer, stop it and start another in its place."""
+    """Requeue the jobs a zygote was given but will not answer, stop it, start another in its place."""
     for i in reversed(worker["jobs"]):
         queues[jobs[i].get("family")].append(i)
     worker["jobs"] = []
@@ -1031,7 +1062,9 @@ def _decode(line, calls):
         r = json.loads(head[4])
     except (ValueError, IndexError, RecursionError, MemoryError):
         return result, False
-    if type(r) is not dict or len(r) != 4 or type(r.get("error")) is not str or type(r.get("stdout")) is not str:
+    if type(r) is not dict or len(r) != 4:
+        return result, retire
+    if type(r.get("error")) is not str or type(r.get("stdout")) is not str:
         return result, retire
     if r.get("ok") is True and type(r.get("values")) is list and len(r["values"]) == calls:
         result.update(ok=True, error="", values=r["values"])
@@ -1052,15 +1085,19 @@ def layers():
         hellos = [w["hello"] for w in _pool["workers"]]
     out = {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True}
     why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
-           "rlimits": "memory, CPU, no file bytes, 64 fds per child", "reliability_guard": "os/shutil/... disabled",
+           "rlimits": "memory, CPU, no file bytes, 64 fds per child",
+           "reliability_guard": "os/shutil/... disabled",
            "timeout_kill": "the zygote SIGKILLs a child at its deadline"}
     for name in hellos[0]["layers"]:
         out[name] = all(h["layers"][name][0] for h in hellos)
         why[name] = hellos[0]["layers"][name][1]
     out["filesystem_isolation"] = out["mount_namespace"] or out["landlock"]
-    why["filesystem_isolation"] = "mount namespace or Landlock" if out["filesystem_isolation"] else \
-        "neither a mount namespace nor Landlock: children can read and delete whatever this user can"
-    out.update(why=why, hidden_dirs=hellos[0]["hidden"], workers=[(h["pid"], h["hash_seed"]) for h in hellos])
+    why["filesystem_isolation"] = "mount namespace or Landlock"
+    if not out["filesystem_isolation"]:
+        why["filesystem_isolation"] = ("neither a mount namespace nor Landlock: children can read and "
+                                       "delete whatever this user can")
+    workers = [(h["pid"], h["hash_seed"]) for h in hellos]
+    out.update(why=why, hidden_dirs=hellos[0]["hidden"], workers=workers)
     return out
 
 
