@@ -481,8 +481,12 @@ def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log
     it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive). Settings default
     to the module's WORLD / MODEL / TRAIN at call time."""
     world, model_cfg, train = world or WORLD, model_cfg or MODEL, train or TRAIN
-    path = cached_folder(cache_dir, "tiny-warm", [world, model_cfg, train, VERSION],
-                                    lambda tmp: train_warm(tmp, world, model_cfg, train, log))
+    # the prompts' constant text is in the key: the base is trained on verify.py's prompts word for
+    # word (a changed prompt, e.g. a longer banned-word list, makes it write garbage), so a changed
+    # prompt builds a new base instead of reusing a stale one
+    settings = [world, model_cfg, train, VERSION, prompt_chunks()]
+    path = cached_folder(cache_dir, "tiny-warm", settings,
+                         lambda tmp: train_warm(tmp, world, model_cfg, train, log))
     if not os.path.exists(os.path.join(path, "seeds.jsonl")):
         write_seeds(os.path.join(path, "seeds.jsonl"), world)
     return path
