@@ -67,29 +67,34 @@ from fractions import Fraction
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
-                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read, readv as _readv,
-                rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4, write as _write)
+                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read,
+                readv as _readv, rmdir as _rmdir, setuid as _setuid, unlink as _unlink,
+                wait4 as _wait4, write as _write)
 
-WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0")) or max(1, min(os.cpu_count() or 1, 8))
+# zygotes per family (two families): POPULORA_SANDBOX_WORKERS, else the cores, at most 8
+WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0"))
+if not WORKERS_PER_FAMILY:
+    WORKERS_PER_FAMILY = max(1, min(os.cpu_count() or 1, 8))
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
 STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
-PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq", "bisect", "json",
-           "typing", "dataclasses", "fractions", "decimal", "statistics", "copy", "operator", "enum", "array",
-           # not socket, subprocess, shutil: see _GuardHook
-           "numbers", "textwrap", "unicodedata", "queue")
-GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate chmod fchmod lchmod "
-               "chown fchown lchown chroot fork forkpty setuid setgid setsid setpgid fchdir chdir execv execve execl "
-               "execle execlp execlpe execvp execvpe spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe "
-               "popen posix_spawn posix_spawnp link symlink mkfifo mknod",
+# loaded in every zygote; not socket, subprocess, shutil: see _GuardHook
+PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq",
+           "bisect", "json", "typing", "dataclasses", "fractions", "decimal", "statistics", "copy",
+           "operator", "enum", "array", "numbers", "textwrap", "unicodedata", "queue")
+GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
+               "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid "
+               "setpgid fchdir chdir execv execve execl execle execlp execlpe execvp execvpe "
+               "spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe popen posix_spawn "
+               "posix_spawnp link symlink mkfifo mknod",
          "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
          "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
          "socket": "socket create_connection create_server socketpair fromfd"}
 
-# ----------------------------------------------------------------------------- child side (runs user code)
+# ---------------------------------------------------------------------- child side (runs user code)
 
 def _encode(value, parts, budget, depth=0):
     """Append the canonical encoding of `value` to `parts` as JSON text: a ["tag", ...] list of
@@ -256,7 +261,7 @@ def _describe(e):
 
 
 class _Capped(io.BytesIO):
-    """stdout/stderr sink that keeps the first `cap` bytes and silently drops the rest (huge outputs)."""
+    """stdout/stderr sink that keeps the first `cap` bytes and drops the rest (huge outputs)."""
     cap = STDOUT_CAP
 
     def write(self, b):
@@ -333,14 +338,15 @@ def _outcome(job):
 
 
 def _guard():
-    """Layer 3 (after HumanEval's reliability_guard): defence in depth against code that got past layer 1."""
+    """Layer 3 (after HumanEval's reliability_guard): defence in depth behind layer 1."""
     for module, names in GUARD.items():
         for name in set(names.split()) & set(dir(sys.modules.get(module))):
             setattr(sys.modules[module], name, None)
 
 
 class _GuardHook:
-    """Layer 3 for GUARD modules zygotes do not load (banned in screened code; each page costs every fork)."""
+    """Layer 3 for GUARD modules zygotes do not load (banned in screened code; each page costs
+    every fork)."""
     @staticmethod
     def find_spec(name, path=None, target=None):
         spec = PathFinder.find_spec(name, path) if name in GUARD else None
@@ -369,8 +375,8 @@ def _child(job, wfd, limits, uid):
             raise OSError("seccomp filter refused")
         line = _outcome(job)
     except BaseException as e:
-        line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % _escape("sandbox set-up failed: " +
-                                                                                   _describe(e))
+        error = _escape("sandbox set-up failed: " + _describe(e))
+        line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
     try:
         _write_all(wfd, line.encode())
     except BaseException:
@@ -378,12 +384,13 @@ def _child(job, wfd, limits, uid):
     _exit(0)
 
 
-# ----------------------------------------------------------------------------- zygote side
+# -------------------------------------------------------------------------------------- zygote side
 
 _libc = _pyfork = _null = None   # set in the zygote (children must not dlopen after fork)
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
+_MS_PRIVATE = 1 << 18
 
 
 def _mount_setup(repo, home):
@@ -391,19 +398,25 @@ def _mount_setup(repo, home):
     and the repo's folder, with the interpreter's own folders (which may live under /root) bound
     back in. Returns the list of hidden dirs, or None when the namespace could not be made."""
     mount = _libc.mount
-    if _libc.unshare(0x00020000) != 0 or mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        # CLONE_NEWNS; private first, so nothing propagates to the host
+    # CLONE_NEWNS; private first, so nothing propagates to the host
+    if _libc.unshare(0x00020000) != 0:
+        return None
+    if mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return None
     # every filesystem read-only in here (per-mount flag, ours only)
     for line in open("/proc/self/mountinfo"):
-        point, options = line.split()[4].encode().decode("unicode_escape"), line.split()[5].split(",")
+        point = line.split()[4].encode().decode("unicode_escape")
+        options = line.split()[5].split(",")
         if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
-            keep = sum(bit for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)) if name in options)
-            if mount(None, point.encode(), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep, None) != 0:
+            flags = (("nosuid", 2), ("nodev", 4), ("noexec", 8))
+            keep = sum(bit for name, bit in flags if name in options)
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep
+            if mount(None, point.encode(), None, flags, None) != 0:
                 return None
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         if os.path.isdir(d) and not os.path.islink(d):
-            if mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=256m,nr_inodes=16384,mode=1777") == 0:
+            options = b"size=256m,nr_inodes=16384,mode=1777"
+            if mount(b"tmpfs", d.encode(), b"tmpfs", 0, options) == 0:
                 _scratch.append(d)
     keep = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path)
             if p and os.path.isdir(p) and os.path.realpath(p) != repo}
@@ -411,7 +424,9 @@ def _mount_setup(repo, home):
     hidden = []
     for d in ("/root", "/home", home, os.path.dirname(repo), repo):
         d = os.path.realpath(d) if d else ""
-        if not d or d == "/" or not os.path.isdir(d) or any(d == h or d.startswith(h + "/") for h in hidden):
+        if not d or d == "/" or not os.path.isdir(d):
+            continue
+        if any(d == h or d.startswith(h + "/") for h in hidden):
             continue
         if any(d == k or d.startswith(k + "/") for k in keep):
             continue                              # d is inside the interpreter's folders
@@ -435,11 +450,13 @@ def _mount_setup(repo, home):
 
 
 def _uid_works(uid):
-    """Can a child with this uid still read the stdlib (Python may be installed under /root, e.g. pyenv)?"""
+    """Can a child with this uid still read the stdlib (Python may live under /root, e.g. pyenv)?"""
     pid = os.fork()
     if pid == 0:
         try:
-            os.setgid(uid), os.setuid(uid), os.close(os.open(os.path.dirname(os.__file__) + "/random.py", 0))
+            os.setgid(uid)
+            os.setuid(uid)
+            os.close(os.open(os.path.dirname(os.__file__) + "/random.py", 0))
         finally:
             os._exit(0 if sys.exc_info()[0] is None else 1)
     return os.waitpid(pid, 0)[1] == 0
@@ -457,7 +474,8 @@ def _namespaces(repo, home):
     if os.geteuid() != 0:
         if _libc.unshare(0x10000000) == 0:        # CLONE_NEWUSER
             uid, gid = os.getuid(), os.getgid()
-            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1"))
+            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                    ("gid_map", f"{gid} {gid} 1"))
             for name, text in maps:
                 with open(f"/proc/self/{name}", "w") as fh:
                     fh.write(text)
@@ -587,19 +605,20 @@ def _seccomp_load(program):
     return ctypes.addressof(_bpf[-1])
 
 
-DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick move_mount "
-                   "open_tree mount_setattr ptrace process_vm_readv process_vm_writev kcmp perf_event_open bpf "
-                   "userfaultfd keyctl add_key request_key io_uring_setup io_uring_enter io_uring_register "
-                   "open_by_handle_at name_to_handle_at kexec_load kexec_file_load init_module finit_module "
-                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm "
-                   "chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat futimesat "
-                   # Landlock leaves these
-                   "setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")
+# Landlock leaves metadata (chmod ... xattr) alone
+DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick "
+                   "move_mount open_tree mount_setattr ptrace process_vm_readv process_vm_writev "
+                   "kcmp perf_event_open bpf userfaultfd keyctl add_key request_key "
+                   "io_uring_setup io_uring_enter io_uring_register open_by_handle_at "
+                   "name_to_handle_at kexec_load kexec_file_load init_module finit_module "
+                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm chmod fchmod "
+                   "fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat "
+                   "futimesat setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open pidfd_send_signal "
-                   # fork too: a child that stays root is exempt from NPROC
-                   "pidfd_getfd fork vfork clone")
+# fork too: a child that stays root is exempt from NPROC
+SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
+                   "pidfd_send_signal pidfd_getfd fork vfork clone")
 # the zygote's: see _seccomp_setup, _mount_setup
 _bpf, _hidden, _scratch, _scratch_times = [], [], [], []
 _landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
@@ -608,6 +627,7 @@ _landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the
 def _zygote_main(number, home, uid_base, programs):
     global _libc, _out, _pyfork, _null, _landlock, _signal_filter, _syscall
     # set by the parent so children never resolve symbols (GOT writes)
+    programs = {"zygote": "", "signals": "", "why": "no BPF given", **programs}
     os.environ.pop("LD_BIND_NOW", None)
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
@@ -663,11 +683,12 @@ def _zygote_main(number, home, uid_base, programs):
         _signal_filter = _seccomp_load(programs["signals"])
     layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
     if uid == 0 and os.geteuid() == 0:
-        layers["pid_namespace"][1] = "not made as root (seccomp denies children that stay root signals)"
+        layers["pid_namespace"][1] = "not made as root (children that stay root: no signals)"
         how = "they can fork"
         if _signal_filter is not None:
             how = "seccomp denies fork"
-        layers["no_fork"] = [_signal_filter is not None, f"children stay root (NPROC does not bind): {how}"]
+        how = f"children stay root (NPROC does not bind): {how}"
+        layers["no_fork"] = [_signal_filter is not None, how]
     hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
              "hash_seed": os.environ.get("PYTHONHASHSEED")}
     # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds
@@ -677,20 +698,21 @@ def _zygote_main(number, home, uid_base, programs):
     _null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(_null, fd)
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
-                                 errors="replace")
-    sys.stdout = _out = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
-    sys.stderr = io.TextIOWrapper(_Capped(), encoding="utf-8", errors="backslashreplace", write_through=True)
+    stdin = io.BufferedReader(io.FileIO(0, "r", closefd=False))
+    sys.stdin = io.TextIOWrapper(stdin, encoding="utf-8", errors="replace")
+    text = {"encoding": "utf-8", "errors": "backslashreplace", "write_through": True}
+    sys.stdout = _out = io.TextIOWrapper(_Capped(), **text)
+    sys.stderr = io.TextIOWrapper(_Capped(), **text)
     # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
     _libc.prctl(38, 1, 0, 0, 0)
     # layer 3, once here: every child inherits disabled functions
     _guard()
     sys.meta_path.insert(0, _GuardHook)
-    warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"), "calls": [compile(
-            "f([1, 'a', (2.5,)])", "<w>", "eval")]}
-    # a fixed job of ours quickens the child-side code here, not in
+    # a fixed job of ours quickens the child-side code here, not in every child (~10 fewer
+    # copy-on-write faults per child)
+    warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"),
+            "calls": [compile("f([1, 'a', (2.5,)])", "<w>", "eval")]}
     for mode in ("repr", "encode") * 9:
-        # every child (~10 fewer copy-on-write faults per child)
         _outcome(dict(warm, mode=mode))
     # keep the collector off the zygote's pages in children
     gc.freeze()
@@ -848,7 +870,8 @@ def _write_all(fd, data):
 
 
 def _take(fd, n):
-    """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job queued behind it."""
+    """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job
+    queued behind it."""
     data = b""
     while len(data) < n and (chunk := _read(fd, n - len(data))):
         data += chunk
@@ -871,34 +894,35 @@ def _rmtree(path):
         _rmdir(path)
 
 
-# ----------------------------------------------------------------------------- parent side (the pool)
+# --------------------------------------------------------------------------- parent side (the pool)
 
 _pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0,
          "lock": __import__("_thread").allocate_lock()}
 
 
 def _start(family):
-    """Launch one zygote with a fresh scrubbed environment and its own hash seed; read its hello line."""
+    """Launch one zygote with a fresh scrubbed environment and its own hash seed."""
     # parent only: zygotes never load it (see _GuardHook)
     import subprocess
     # 0 would turn hash randomisation off
     seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed), "LD_BIND_NOW": "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(seed),
+           "LD_BIND_NOW": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
-    proc = subprocess.Popen([sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
-                             str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
-                             json.dumps(seccomp_programs()),
-                             *__import__("site").getsitepackages()],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                            cwd="/", start_new_session=True)
+    argv = [sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
+            str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
+            json.dumps(seccomp_programs()), *__import__("site").getsitepackages()]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
     return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
 
 
 def _hello(worker):
     # the zygote's layer report, once it is ready
     if not (line := worker["proc"].stdout.readline()):
-        raise RuntimeError("sandbox worker failed to start; `python sandbox.py --worker 1 ~` shows why")
+        raise RuntimeError("sandbox worker failed to start; "
+                           "`python sandbox.py --worker 1 ~ 0 {}` shows why")
     worker["hello"] = json.loads(line)
     return worker
 
@@ -944,8 +968,9 @@ def _pack(job, cache):
             cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
         return cache[text, name, mode]
     body = {k: v for k, v in job.items() if k != "family"}
-    body.update(code=code(job.get("code", ""), "<program>", "exec"), imports=code(job.get("imports", ""), "<imports>",
-                "exec"), calls=[code(c, "<call>", "eval") for c in job.get("calls", ())])
+    body["code"] = code(job.get("code", ""), "<program>", "exec")
+    body["imports"] = code(job.get("imports", ""), "<imports>", "exec")
+    body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
     return len(data).to_bytes(8, "little") + data
 
@@ -983,9 +1008,10 @@ def _dispatch(jobs, results, queues):
                 i = (queue := queues[w["family"]] or queues[None]).pop()
                 try:
                     payload = packed.pop(i, None) or _pack(jobs[i], cache)
-                except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
-                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None, "pid": 0,
-                                  "cpu_s": 0.0, "wall_s": 0.0}
+                except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
+                        MemoryError) as e:
+                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None,
+                                  "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
                     pending -= 1
                     continue
                 # must fit in the pipe (64 KiB) beside nothing else,
@@ -1026,20 +1052,22 @@ def _dispatch(jobs, results, queues):
                         _replace(n, w, jobs, queues)
                         break
                     if w["jobs"]:                 # the zygote starts the next one now
-                        w["deadline"] = now + float(jobs[w["jobs"][0]].get("timeout", 5.0)) + GRACE_S
+                        timeout = float(jobs[w["jobs"][0]].get("timeout", 5.0))
+                        w["deadline"] = now + timeout + GRACE_S
             # died (EOF) or hung: replace
             elif w["jobs"] and (data == b"" or now >= w["deadline"]):
                 error = "timeout"
                 if data == b"":
                     error = "worker died"
-                results[w["jobs"].pop(0)] = {"ok": False, "error": error, "stdout": "", "values": None,
-                                             "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
+                i = w["jobs"].pop(0)
+                results[i] = {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0,
+                              "cpu_s": 0.0, "wall_s": 0.0}
                 pending -= 1
                 _replace(n, w, jobs, queues)
 
 
 def _replace(n, worker, jobs, queues):
-    """Requeue the jobs a zygote was given but will not answer, stop it, start another in its place."""
+    """Requeue the jobs a zygote was given but will not answer; stop it; start another instead."""
     for i in reversed(worker["jobs"]):
         queues[jobs[i].get("family")].append(i)
     worker["jobs"] = []
@@ -1094,8 +1122,8 @@ def layers():
     out["filesystem_isolation"] = out["mount_namespace"] or out["landlock"]
     why["filesystem_isolation"] = "mount namespace or Landlock"
     if not out["filesystem_isolation"]:
-        why["filesystem_isolation"] = ("neither a mount namespace nor Landlock: children can read and "
-                                       "delete whatever this user can")
+        why["filesystem_isolation"] = ("neither a mount namespace nor Landlock: children can read "
+                                       "and delete whatever this user can")
     workers = [(h["pid"], h["hash_seed"]) for h in hellos]
     out.update(why=why, hidden_dirs=hellos[0]["hidden"], workers=workers)
     return out

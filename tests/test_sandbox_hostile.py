@@ -366,6 +366,8 @@ def test_no_earlier_result_is_left_in_a_zygote(monkeypatch):
         res = sandbox.run([{"code": make, "family": 0}, {"code": "print(1)", "family": 0}] +
                           [{"code": f"def f(x):\n    return '{marker[:8]}' + x",
                             "calls": [f"f('{marker[8:]}!')"], "mode": "repr", "family": 0}])
+        # one more job: the zygote gives a result's pages back after sending it, before the next
+        sandbox.run([{"code": "print(2)", "family": 0}])
         assert marker in res[0]["stdout"] and res[2]["ok"]
         zygote = next(w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0)
         found = zygote_memory_contains(zygote, marker.encode())
