@@ -1,44 +1,51 @@
-"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program complexity and a
-command-line interface. Every piece of model text that runs, runs in sandbox.py's worker pool (SPEC §3).
+"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program
+complexity and a command-line interface. Every piece of model text that runs, runs in sandbox.py's
+worker pool (SPEC §3).
 
-  python verify.py validate --task code_o < proposals.jsonl   # {"program", "input"} -> {"valid", "reason", "output"}
-  python verify.py grade --task code_f < attempts.jsonl       # -> {"correct", "reason"}, one line out per line in
-  python verify.py layers                                     # the sandbox layers active on this machine
+  python verify.py validate --task code_o < proposals.jsonl  # {"program", "input"} -> {"valid",
+                                                             # "reason", "output", "gold"}
+  python verify.py grade --task code_f < attempts.jsonl      # -> {"correct", "reason"}, a line each
+  python verify.py layers                                    # sandbox layers here, on/off and why
 
-Tasks (AZR ids): code_o deduction (predict the output), code_i abduction (find an input), code_f induction
-(write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts keep AZR's structure (R1
-wrapper ending in "Assistant: <think>", fences, K references, input_k/output_k fences) in our own words, without
-AZR's swapped difficulty bullet (azr.md §9.12). A response must match `...</think> <answer>...</answer>`;
-teacher code = first python/untagged fence, input = first `input` fence, code_f keeps the last 10 `input` fences
-and a `message` fence (or <message> tag); student answers = the last fence of their kind (code_i/code_o fall back
-to the whole answer, as AZR).
+Tasks (AZR ids): code_o deduction (predict the output), code_i abduction (find an input), code_f
+induction (write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts keep
+AZR's structure (R1 wrapper ending in "Assistant: <think>", fences, K references, input_k/output_k
+fences) in our own words, without AZR's swapped difficulty bullet (azr.md §9.12). A response must
+match `...</think> <answer>...</answer>`; teacher code = first python/untagged fence, input = first
+`input` fence, code_f keeps the last 10 `input` fences and a `message` fence (or <message> tag);
+student answers = the last fence of their kind (code_i/code_o fall back to the whole answer, as
+AZR).
 
-Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed to f on the
-token stream); helpers, nested defs and classes allowed; passes the static screen; an input of 8+ chars is not
-pasted into the program; two runs in two separately started interpreters (different hash seeds) succeed within
-the time limit and agree on the repr and encoding; the value is plain (builtin, collections, fractions,
-decimal types), its
-repr has at most 2,000 chars and evaluates back to an equal value with the program's imports in scope (plus
-Counter/OrderedDict/deque, Fraction, Decimal when their module is imported); code_f also: >= 10 input fences,
-a message that is non-empty and does not contain the program, >= 2 distinct outputs. Multi-line inputs work
-(calls are compiled as `f(\n<input>\n)` expressions, never pasted on one line).
-Golds and grading [ours; SPEC §3 "verdicts are decided outside the untrusted process"]: a valid proposal gets
-"gold", the canonical encoding of its value(s) (sandbox._encode; plain JSON data, stored with the problem).
-Children never see a gold: they run the answer and send back its value's encoding; the parent decodes both and
-compares with Python's == (AZR's semantics). code_o: the answer evaluated with the program's imports but not f;
-code_i: the answer's arguments evaluated (plain values only; f in scope, as AZR), then f on them in a fresh
-child (so nothing the answer did, such as claim f's value, which the prompt shows, survives); code_f: the
-student's program on the hidden inputs (the teacher program's imports prepended). Problems from before golds: add_golds.
+Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed to
+f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an input
+of 8+ chars is not pasted into the program; two runs in two separately started interpreters
+(different hash seeds) succeed within the time limit and agree on the repr and encoding; the value
+is plain (builtin, collections, fractions, decimal types), its repr has at most 2,000 chars and
+evaluates back to an equal value with the program's imports in scope (plus
+Counter/OrderedDict/deque, Fraction, Decimal when their module is imported); code_f also: >= 10
+input fences, a message that is non-empty and does not contain the program, >= 2 distinct outputs.
+Multi-line inputs work (calls are compiled as `f(\n<input>\n)` expressions, never pasted on one
+line).
 
-Static screen (layer 1): banned imports (AZR's list + SPEC's, dotted components), banned names (eval, exec, open,
-vars, ... unless the program binds the name), escape hatches (__globals__, __bases__, ... plus __dict__,
-__class__, __setattr__, __delattr__ [ours]) as attributes, names or inside strings, getattr & co. only with a
-constant non-dunder name, no assignment or deletion through an imported name or a call (no monkey-patching of
-library classes that grading compares with), getattr & co. and imported modules only used directly (no aliases),
-no locals(), no banned names imported with `from` or read by `match` class patterns. A validity rule and a speed
-bump, not a wall: no guarantee rests on it; `execute` (benchmark code, which imports os/sys freely) skips it.
-Layers 2-7: sandbox.py docstring and `python verify.py layers`; require_isolation stops a trainer without
-filesystem isolation.
+Golds and grading [ours; SPEC §3 "verdicts are decided outside the untrusted process"]: a valid
+proposal gets "gold", the canonical encoding of its value(s) (sandbox._encode; plain JSON data,
+stored with the problem). Children never see a gold: they run the answer and send back its value's
+encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: the
+answer evaluated with the program's imports but not f; code_i: the answer's arguments evaluated
+(plain values only; f in scope, as AZR), then f on them in a fresh child (so nothing the answer did,
+such as claim f's value, which the prompt shows, survives); code_f: the student's program on the
+hidden inputs (the teacher program's imports prepended). Problems from before golds: add_golds.
+
+Static screen (layer 1): banned imports (AZR's list + SPEC's, dotted components), banned names
+(eval, exec, open, vars, ... unless the program binds the name), escape hatches (__globals__,
+__bases__, ... plus __dict__, __class__, __setattr__, __delattr__ [ours]) as attributes, names or
+inside strings, getattr & co. only with a constant non-dunder name, no assignment or deletion
+through an imported name or a call (no monkey-patching of library classes that grading compares
+with), getattr & co. and imported modules only used directly (no aliases), no locals(), no banned
+names imported with `from` or read by `match` class patterns. A validity rule and a speed bump, not
+a wall: no guarantee rests on it; `execute` (benchmark code, which imports os/sys freely) skips it.
+Layers 2-7: sandbox.py docstring and `python verify.py layers`; require_isolation stops a trainer
+without filesystem isolation.
 """
 import argparse
 import ast
@@ -55,25 +62,32 @@ N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the
 MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
-BANNED_IMPORTS = set(("logging random multiprocessing pebble subprocess threading datetime time hashlib hmac bcrypt "
-                      "calendar os sys socket shutil ctypes importlib signal asyncio pathlib io builtins gc inspect "
-                      # AZR's list, SPEC's additions, then
-                      "secrets uuid tempfile glob pickle marshal resource "
-                      "posix _io _socket _thread _signal _posixsubprocess _ctypes fcntl pty mmap code codeop runpy "
-                      "timeit cProfile profile pdb bdb trace pkgutil zipimport __main__ sandbox verify "
-                      "traceback tarfile zipfile fileinput linecache shelve dbm sqlite3 site sysconfig pwd grp "
-                      "select selectors socketserver http urllib ftplib smtplib poplib imaplib xmlrpc webbrowser "
-                      "mailbox tty termios py_compile compileall zipapp venv ensurepip").split())
-# [ours] the C twins of banned modules, modules that run code given as a string or reach
-# sys.modules, and (last line) file readers and frame walkers of the stdlib typing.sys.modules,
-# codecs.open
+# AZR's list, SPEC's additions, then ours (the C twins of banned modules, modules that run code given
+# as a string or reach sys.modules): what teacher prompts list
+BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
+                    "hashlib hmac bcrypt calendar os sys socket shutil ctypes importlib signal "
+                    "asyncio pathlib io builtins gc inspect secrets uuid tempfile glob pickle "
+                    "marshal resource posix _io _socket _thread _signal _posixsubprocess _ctypes "
+                    "fcntl pty mmap code codeop runpy timeit cProfile profile pdb bdb trace "
+                    "pkgutil zipimport __main__ sandbox verify").split())
+# [ours] and file readers, frame walkers and the like of the stdlib, screened but not listed (a
+# prompt is the same length as before)
+BANNED_IMPORTS = set(("compileall dbm ensurepip fileinput ftplib grp http imaplib linecache "
+                      "mailbox poplib pwd py_compile select selectors shelve site smtplib "
+                      "socketserver sqlite3 sysconfig tarfile termios traceback tty urllib venv "
+                      "webbrowser xmlrpc zipapp zipfile").split()) | BANNED_SHOWN
+# [ours] attributes: banned modules reached through others (typing.sys.modules, codecs.open), then
+# the stdlib's attribute readers, frame walkers and file readers
 BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open",
-                                 "attrgetter", "methodcaller", "Formatter", "get_field", "bltn_open", "walk_stack",
-                                 "walk_tb", "capture_locals", "f_builtins", "getline", "getlines", "FileIO"}
-BANNED_NAMES = set("open exec eval compile __import__ input globals locals breakpoint exit quit vars".split())
-ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ __closure__ "
-               "__getattribute__ __loader__ __spec__ f_globals f_locals f_back f_builtins tb_frame gi_frame "
-               "cr_frame ag_frame __dict__ __class__ __setattr__ __delattr__ __self__").split())
+                                 "attrgetter", "methodcaller", "Formatter", "get_field", "bltn_open",
+                                 "walk_stack", "walk_tb", "capture_locals", "f_builtins", "getline",
+                                 "getlines", "FileIO"}
+BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
+                    "vars").split())
+ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ "
+               "__closure__ __getattribute__ __loader__ __spec__ f_globals f_locals f_back f_builtins "
+               "tb_frame gi_frame cr_frame ag_frame __dict__ __class__ __setattr__ __delattr__ "
+               "__self__").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 # [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever
@@ -82,7 +96,7 @@ _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque",
               "fractions": "from fractions import Fraction", "decimal": "from decimal import Decimal"}
 
-# ----------------------------------------------------------------------------- prompts
+# ------------------------------------------------------------------------------------------ prompts
 
 WRAPPER = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
            "assistant first thinks about the reasoning process in the mind and then provides the user with the "
@@ -193,7 +207,7 @@ def teacher_prompt(task, references, program=None):
     """Full teacher prompt. code_i/code_o: `references` = archive problems
     {"program","input","output"} (K of them, may be empty); code_f: `program` = the archive program
     to write inputs for."""
-    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
+    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_SHOWN)))
     if _task(task) == "code_f":
         return WRAPPER.format(PROPOSE_F.format(n=N_INPUTS, program=program))
     shown, hidden = ("output", "input") if task == "code_i" else ("input", "output")
@@ -211,11 +225,11 @@ def student_prompt(task, problem):
     shown = len(problem["inputs"]) // 2
     pairs = "\n".join(f"{_fence(f'input_{k}', problem['inputs'][k])}\n{_fence(f'output_{k}', problem['outputs'][k])}"
                       for k in range(shown))
-    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_IMPORTS)))
+    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_SHOWN)))
     return WRAPPER.format(SOLVE["code_f"].format(pairs=pairs, message=problem["message"], rules=rules))
 
 
-# ----------------------------------------------------------------------------- parsers
+# ------------------------------------------------------------------------------------------ parsers
 
 _FORMAT = re.compile(r"(?s).*?</think>\s*<answer>.*?</answer>")
 _ANSWER = re.compile(r"(?s)<answer>(.*?)</answer>")
@@ -265,7 +279,7 @@ def parse_student(task, response):
     return text.strip() or None
 
 
-# ----------------------------------------------------------------------------- static screen and normalisation
+# ------------------------------------------------------------------ static screen and normalisation
 
 class Invalid(Exception):
     """A proposal or attempt rejected before it runs; the message is the reason."""
@@ -295,7 +309,8 @@ def _nodes(tree):
 
 
 def _screen(tree):
-    """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching; returns the nodes."""
+    """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching;
+    returns the nodes."""
     nodes, imported, bound, modules, direct = _nodes(tree), set(), set(), set(), set()
     # exact types (ast.parse output), most frequent first
     for node in nodes:
@@ -323,7 +338,9 @@ def _screen(tree):
                 if kind is ast.Import:
                     modules.add(alias.asname or alias.name.split(".")[0])
                 name = alias.name
-                if kind is ast.ImportFrom and (name in BANNED_ATTRS or name in ESCAPES or name in ATTR_CALLS):
+                if kind is not ast.ImportFrom:
+                    continue
+                if name in BANNED_ATTRS or name in ESCAPES or name in ATTR_CALLS:
                     raise Invalid(f"banned import: {name}")
             for word in {part for m in words for part in m.split(".")} & BANNED_IMPORTS:
                 raise Invalid(f"banned import: {word}")
@@ -440,7 +457,8 @@ def _request(item, keys):
 
 
 def _validity_jobs(task, p, timeout):
-    """One proposal -> (normalised program, the two sandbox jobs: one per zygote family). Raises Invalid."""
+    """One proposal -> (normalised program, the two sandbox jobs: one per zygote family). Raises
+    Invalid."""
     if task == "code_f":
         _request(p, {"program": str, "inputs": list, "message": str})
         inputs = p["inputs"]
@@ -456,17 +474,20 @@ def _validity_jobs(task, p, timeout):
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
-    job = {"code": program, "imports": imports, "calls": calls, "mode": "repr", "repr_cap": MAX_REPR,
-           "timeout": timeout}
+    job = {"code": program, "imports": imports, "calls": calls, "mode": "repr",
+           "repr_cap": MAX_REPR, "timeout": timeout}
     # the 2nd run only compares reprs
     return program, [dict(job, family=0), dict(job, family=1, roundtrip=False)]
 
 
 def _outputs(run):
-    """A validity run's values -> [(repr, encoding)], every entry checked (a child's values are hostile)."""
+    """A validity run's values -> [(repr, encoding)], every entry checked (a child's values are
+    hostile)."""
     out = []
     for value in run["values"]:
-        if type(value) is not list or len(value) != 2 or type(value[0]) is not str or len(value[0]) > MAX_REPR:
+        if type(value) is not list or len(value) != 2:
+            raise ValueError("malformed result")
+        if type(value[0]) is not str or len(value[0]) > MAX_REPR:
             raise ValueError("malformed result")
         decode(value[1])
         out.append((value[0], value[1]))
@@ -474,7 +495,8 @@ def _outputs(run):
 
 
 def _validity(task, a, b):
-    """The verdict on a proposal's two runs (decided here, on what the children sent) -> result keys."""
+    """The verdict on a proposal's two runs (decided here, on what the children sent) -> result
+    keys."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
     if a["values"] != b["values"]:               # plain JSON data from both: == is safe
@@ -536,7 +558,8 @@ def add_golds(task, problems, timeout=5.0):
 
 
 def _grading_job(task, a, timeout):
-    """One attempt -> (sandbox job, the gold encodings its values must equal). The job holds no gold."""
+    """One attempt -> (sandbox job, the gold encodings its values must equal). The job holds no
+    gold."""
     _request(a, {"answer": str})
     if "gold" not in a:
         raise Invalid("bad request: no gold encoding (a problem from before golds were stored; "
@@ -545,24 +568,30 @@ def _grading_job(task, a, timeout):
         _request(a, {"inputs": list, "outputs": list, "gold": list})
         n = len(a["inputs"])
         if n < 2 or len(a["outputs"]) != n or len(a["gold"]) != n:
-            raise Invalid("bad request: inputs, outputs and gold must be lists of the same length >= 2")
-        gold_imports = prepare_program(a["program"])[1] if isinstance(a.get("program"), str) else ""
+            raise Invalid("bad request: inputs, outputs and gold must be lists of the same length "
+                          ">= 2")
+        gold_imports = ""
+        if isinstance(a.get("program"), str):
+            gold_imports = prepare_program(a["program"])[1]
         program, imports = prepare_program(a["answer"])
-        job = {"code": gold_imports + "\n" + program, "imports": gold_imports,
-               "calls": [call_text(x) for x in a["inputs"][n // 2:]], "mode": "encode", "timeout": timeout}
+        calls = [call_text(x) for x in a["inputs"][n // 2:]]
+        job = {"code": gold_imports + "\n" + program, "imports": gold_imports, "calls": calls,
+               "mode": "encode", "timeout": timeout}
         return job, a["gold"][n // 2:]
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
     program, imports = prepare_program(a["program"])
-    if task == "code_o":   # the answer is evaluated with the program's imports in scope, but not f
-        job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])], "mode": "encode",
-               "timeout": timeout}
+    # code_o: the answer is evaluated with the program's imports in scope, but not f
+    if task == "code_o":
+        job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])],
+               "mode": "encode", "timeout": timeout}
         return job, [a["gold"]]
     # code_i: first the answer's arguments, as plain values (with f in scope, as AZR: an input may
     # call f); _call_f then runs f on them in a fresh child, so what the answer did to f or to that
     # child (claim f's value, which the prompt shows, swap f.__code__) is gone
     pack = "def __pack__(*args, **kwargs):\n    return args, kwargs\n"
-    job = {"code": program + "\n" + pack, "imports": imports, "calls": ["__pack__" + call_text(a["answer"])[1:]],
-           "mode": "encode", "timeout": timeout, "program": program}
+    call = "__pack__" + call_text(a["answer"])[1:]
+    job = {"code": program + "\n" + pack, "imports": imports, "calls": [call], "mode": "encode",
+           "timeout": timeout, "program": program}
     return job, [a["gold"]]
 
 
@@ -582,7 +611,8 @@ def _call_f(jobs, runs, timeout):
             runs[n] = dict(run, ok=False, error="the answer's arguments are not plain values")
             continue
         calls.append({"code": job["program"], "imports": job["imports"], "args": run["values"][0],
-                      "calls": ["f(*__args__[0], **__args__[1])"], "mode": "encode", "timeout": timeout})
+                      "calls": ["f(*__args__[0], **__args__[1])"], "mode": "encode",
+                      "timeout": timeout})
         owners.append(n)
     for n, run in zip(owners, sandbox.run(calls)):
         runs[n] = run
@@ -607,7 +637,9 @@ def grade(task, attempts, timeout=5.0):
             golds.append(gold)
             owners.append(i)
         except Invalid as e:
-            results[i]["reason"] = f"invalid answer: {e}" if not str(e).startswith("bad request") else str(e)
+            results[i]["reason"] = str(e)
+            if not str(e).startswith("bad request"):
+                results[i]["reason"] = f"invalid answer: {e}"
     runs = sandbox.run(jobs)
     if task == "code_i":
         runs = _call_f(jobs, runs, timeout)
@@ -615,12 +647,13 @@ def grade(task, attempts, timeout=5.0):
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue
-        correct = len(run["values"]) == len(gold) and all(equal(g, v) for g, v in zip(gold, run["values"]))
+        pairs = zip(gold, run["values"])
+        correct = len(run["values"]) == len(gold) and all(equal(g, v) for g, v in pairs)
         results[i].update(correct=correct, reason="correct" if correct else "wrong answer")
     return results
 
 
-# ----------------------------------------------------------------------------- encodings, decided here
+# -------------------------------------------------------------------------- encodings, decided here
 
 def decode(encoding):
     """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands
@@ -639,7 +672,7 @@ def equal(gold, encoding):
         return False
 
 
-# ----------------------------------------------------------------------------- benchmark code
+# ----------------------------------------------------------------------------------- benchmark code
 
 
 def execute(jobs, timeout=5.0):
@@ -656,11 +689,12 @@ def execute(jobs, timeout=5.0):
                 not isinstance(job.get("stdin", ""), str):
             results[i]["error"] = "bad request: job needs a str 'code' (and optional str 'stdin')"
             continue
-        runs.append({"code": job["code"], "stdin": job.get("stdin", ""), "memory_mb": job.get("memory_mb"),
-                     "timeout": float(job.get("timeout") or timeout)})
+        runs.append({"code": job["code"], "stdin": job.get("stdin", ""),
+                     "memory_mb": job.get("memory_mb"), "timeout": float(job.get("timeout") or timeout)})
         owners.append(i)
     for i, run in zip(owners, sandbox.run(runs)):
-        results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"], cpu_s=run["cpu_s"])
+        results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"],
+                          cpu_s=run["cpu_s"])
     return results
 
 
@@ -679,13 +713,14 @@ def require_isolation(accept_risk=False):
     if lay["filesystem_isolation"]:
         return lay
     why = lay["why"]
-    message = ("the sandbox has no filesystem isolation here: model-written programs could read and delete "
-               "whatever this user can (keys, tokens, checkpoints).\n"
+    message = ("the sandbox has no filesystem isolation here: model-written programs could read and "
+               "delete whatever this user can (keys, tokens, checkpoints).\n"
                f"  mount namespace: {why['mount_namespace']}\n  Landlock: {why['landlock']}\n"
-               "To fix: run on Linux >= 5.13 with Landlock enabled (`landlock` in /sys/kernel/security/lsm), "
-               "with the pinned bindings installed (pip install -r requirements.txt); or allow unprivileged user "
-               "namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); or run "
-               "as root. `python verify.py layers` shows every layer and why it is on or off.\n"
+               "To fix: run on Linux >= 5.13 with Landlock enabled (`landlock` in "
+               "/sys/kernel/security/lsm), with the pinned bindings installed (pip install -r "
+               "requirements.txt); or allow unprivileged user namespaces (sysctl "
+               "kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0); or run as root. "
+               "`python verify.py layers` shows every layer and why it is on or off.\n"
                f"To run anyway, accepting the risk: --{UNSAFE_FLAG}")
     if not accept_risk:
         raise SystemExit("error: " + message)
@@ -698,7 +733,7 @@ def shutdown():
     sandbox.shutdown()
 
 
-# ----------------------------------------------------------------------------- complexity
+# --------------------------------------------------------------------------------------- complexity
 
 
 # Load, And, Add, ...: not depth
@@ -734,7 +769,7 @@ def complexity(program):
     return {"ast_depth": depth, "cyclomatic": 1 + branches, "loc": loc, "variables": len(names)}
 
 
-# ----------------------------------------------------------------------------- command line
+# ------------------------------------------------------------------------------------- command line
 
 
 def main(argv=None):
@@ -744,7 +779,7 @@ def main(argv=None):
     parser.add_argument("--task", choices=TASKS)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per sandboxed run")
     parser.add_argument("--chunk", type=int, default=512, help="lines validated/graded per batch")
-    parser.add_argument("--json", action="store_true", help="layers: one JSON line instead of a table")
+    parser.add_argument("--json", action="store_true", help="layers: one JSON line, not a table")
     args = parser.parse_args(argv)
     if args.command == "layers":
         lay = sandbox.layers()
@@ -753,7 +788,8 @@ def main(argv=None):
             return
         for name, why in lay["why"].items():
             print(f"{'on ' if lay[name] else 'OFF'}  {name:22} {why}")
-        print(f"hidden from children: {', '.join(lay['hidden_dirs']) or 'nothing'}; {len(lay['workers'])} zygotes")
+        hidden = ", ".join(lay["hidden_dirs"]) or "nothing"
+        print(f"hidden from children: {hidden}; {len(lay['workers'])} zygotes")
         return
     if not args.task:
         parser.error("--task is required for validate and grade")
