@@ -16,9 +16,9 @@ match `...</think> <answer>...</answer>`; teacher code = first python/untagged f
 student answers = the last fence of their kind (code_i/code_o fall back to the whole answer, as
 AZR).
 
-Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed to
-f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an input
-of 8+ chars is not pasted into the program; two runs in two separately started interpreters
+Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed
+to f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an
+input of 8+ chars is not pasted into the program; two runs in two separately started interpreters
 (different hash seeds) succeed within the time limit and agree on the repr and encoding; the value
 is plain (builtin, collections, fractions, decimal types), its repr has at most 2,000 chars and
 evaluates back to an equal value with the program's imports in scope (plus
@@ -62,8 +62,8 @@ N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the
 MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
-# AZR's list, SPEC's additions, then ours (the C twins of banned modules, modules that run code given
-# as a string or reach sys.modules): what teacher prompts list
+# AZR's list, SPEC's additions, then ours (the C twins of banned modules, modules that run code
+# given as a string or reach sys.modules): what teacher prompts list
 BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
                     "hashlib hmac bcrypt calendar os sys socket shutil ctypes importlib signal "
                     "asyncio pathlib io builtins gc inspect secrets uuid tempfile glob pickle "
@@ -78,16 +78,16 @@ BANNED_IMPORTS = set(("compileall dbm ensurepip fileinput ftplib grp http imapli
                       "webbrowser xmlrpc zipapp zipfile").split()) | BANNED_SHOWN
 # [ours] attributes: banned modules reached through others (typing.sys.modules, codecs.open), then
 # the stdlib's attribute readers, frame walkers and file readers
-BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open",
-                                 "attrgetter", "methodcaller", "Formatter", "get_field", "bltn_open",
-                                 "walk_stack", "walk_tb", "capture_locals", "f_builtins", "getline",
-                                 "getlines", "FileIO"}
+BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open", "attrgetter",
+                                 "methodcaller", "Formatter", "get_field", "bltn_open",
+                                 "walk_stack", "walk_tb", "capture_locals", "f_builtins",
+                                 "getline", "getlines", "FileIO"}
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
                     "vars").split())
 ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ "
-               "__closure__ __getattribute__ __loader__ __spec__ f_globals f_locals f_back f_builtins "
-               "tb_frame gi_frame cr_frame ag_frame __dict__ __class__ __setattr__ __delattr__ "
-               "__self__").split())
+               "__closure__ __getattribute__ __loader__ __spec__ f_globals f_locals f_back "
+               "f_builtins tb_frame gi_frame cr_frame ag_frame __dict__ __class__ __setattr__ "
+               "__delattr__ __self__").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 # [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever
@@ -690,7 +690,8 @@ def execute(jobs, timeout=5.0):
             results[i]["error"] = "bad request: job needs a str 'code' (and optional str 'stdin')"
             continue
         runs.append({"code": job["code"], "stdin": job.get("stdin", ""),
-                     "memory_mb": job.get("memory_mb"), "timeout": float(job.get("timeout") or timeout)})
+                     "memory_mb": job.get("memory_mb"),
+                     "timeout": float(job.get("timeout") or timeout)})
         owners.append(i)
     for i, run in zip(owners, sandbox.run(runs)):
         results[i].update(ok=run["ok"], stdout=run["stdout"], error=run["error"],
@@ -713,8 +714,8 @@ def require_isolation(accept_risk=False):
     if lay["filesystem_isolation"]:
         return lay
     why = lay["why"]
-    message = ("the sandbox has no filesystem isolation here: model-written programs could read and "
-               "delete whatever this user can (keys, tokens, checkpoints).\n"
+    message = ("the sandbox has no filesystem isolation here: model-written programs could read "
+               "and delete whatever this user can (keys, tokens, checkpoints).\n"
                f"  mount namespace: {why['mount_namespace']}\n  Landlock: {why['landlock']}\n"
                "To fix: run on Linux >= 5.13 with Landlock enabled (`landlock` in "
                "/sys/kernel/security/lsm), with the pinned bindings installed (pip install -r "
