@@ -11,18 +11,19 @@ Code: programs run in verify.execute's sandbox under a small harness (_harness, 
   - LiveCodeBench as lcb_runner: functional (LeetCode `class Solution` or a function, JSON arguments per line, `==`
     with tuples as lists) and stdin (the program reads the test's input; stripped output lines must match, or
     match as Decimals), every public and private test, a per-test limit, stop at the first failure.
-The sandbox sends back, per input, a hash of a canonical text of the value (equal text <=> `==` on plain data)
-and the numbers needed for tolerance rules; the comparison happens here. So the expected outputs never enter
-the sandbox and always-equal objects compare unequal. The program can print a result line of its own: it is
-schema-checked (a malformed one fails that program alone) and can claim no more than hashes that must match.
-The per-input SIGALRM is the program's to switch off, so the limits are also checked on the CPU seconds the
-kernel counted for each run (the whole base/plus run against min(cap, summed per-input limits)).
+The sandbox sends back, per input, a hash of a canonical text of the value (equal text <=> `==` on
+plain data) and the numbers needed for tolerance rules; the comparison happens here. So the expected
+outputs never enter the sandbox and always-equal objects compare unequal. The program can print a
+result line of its own: it is schema-checked (a malformed one fails that program alone) and can
+claim no more than hashes that must match. The per-input SIGALRM is the program's to switch off, so
+the limits are also checked on the CPU seconds the kernel counted for each run (the whole base/plus
+run against min(cap, summed per-input limits)).
 Deviations: tolerance needs the numbers, shipped only for float outputs of up to 1000 numbers; LCB's Decimal
 fallback only runs on outputs up to 4096 characters; the sandbox has no threads (RLIMIT_NPROC = 0), so the
 LCB trick of deep recursion in a thread fails; LCB's mocked open(0) is not provided; tests of one EvalPlus task
 run in pieces in parallel (the per-task cap is checked on the summed times).
-Not covered: a program that switches the alarm off can move time between the inputs of one run (each input's
-own limit is the alarm's; only the run's total is the kernel's).
+Not covered: a program that switches the alarm off can move time between the inputs of one run (each
+input's own limit is the alarm's; only the run's total is the kernel's).
 """
 import inspect
 import itertools
@@ -380,7 +381,10 @@ def run_jobs(payloads, timeouts, desc, memory_mb):
             try:
                 results[i] = _checked(json.loads(line[len(MARK):]))
             except (TypeError, ValueError, RecursionError, MemoryError):
-                error = r.get("error") or ("malformed result" if line else "no result (killed or crashed)")
+                error = "no result (killed or crashed)"
+                if line:
+                    error = "malformed result"
+                error = r.get("error") or error
                 results[i] = {"outs": [], "times": [], "error": error, "wall": 0.0}
             results[i]["cpu"] = r.get("cpu_s", 0.0)
     return results
@@ -394,16 +398,23 @@ def _checked(result):
         return type(x) in (int, float) and math.isfinite(x)
     if type(result) is not dict or set(result) != {"outs", "times", "error", "wall"}:
         raise ValueError("not a harness result")
-    if type(result["outs"]) is not list or type(result["times"]) is not list or type(result["error"]) is not str:
+    if type(result["outs"]) is not list or type(result["times"]) is not list:
+        raise ValueError("not a harness result")
+    if type(result["error"]) is not str:
         raise ValueError("not a harness result")
     if not number(result["wall"]) or not all(number(t) for t in result["times"]):
         raise ValueError("not a harness result")
     for out in result["outs"]:
-        if type(out) is not dict or type(out.get("h")) is not str or not set(out) <= {"h", "n", "f", "lines"}:
+        if type(out) is not dict or type(out.get("h")) is not str:
+            raise ValueError("not an emitted value")
+        if not set(out) <= {"h", "n", "f", "lines"}:
             raise ValueError("not an emitted value")
         n = out.get("n")
-        if n is not None and not (type(n) is list and len(n) == 2 and type(n[0]) is str and type(n[1]) is list
-                                  and len(n[1]) <= 1000 and all(type(x) in (int, float) for x in n[1])):
+        if n is None:
+            pass
+        elif type(n) is not list or len(n) != 2 or type(n[0]) is not str or type(n[1]) is not list:
+            raise ValueError("not an emitted value")
+        elif len(n[1]) > 1000 or not all(type(x) in (int, float) for x in n[1]):
             raise ValueError("not an emitted value")
         lines = out.get("lines")
         if lines is not None and not (type(lines) is list and all(type(x) is str for x in lines)):
@@ -472,7 +483,8 @@ def _grouped(keys, results):
     """Join the pieces of each run (in order, up to the first piece with an error) -> {key: run}."""
     runs = {}
     for key, r in zip(keys, results):
-        run = runs.setdefault(key, {"outs": [], "times": [], "error": "", "overhead": 0.0, "cpu": 0.0})
+        run = runs.setdefault(key, {"outs": [], "times": [], "error": "", "overhead": 0.0,
+                                    "cpu": 0.0})
         # the kernel's count, every piece (a program cannot fake it)
         run["cpu"] += r["cpu"]
         if not run["error"]:
@@ -518,7 +530,8 @@ def grade_evalplus(name, items, programs, cfg):
         ok, reason = [], ""
         for p in parts:
             ref, run, args = refs[(k, p)], runs.get((n, p)), items[k][p + "_input"]
-            limits = [max(cfg["min_time_limit"], cfg["time_limit_factor"] * t) for t in ref["times"]]
+            limits = [max(cfg["min_time_limit"], cfg["time_limit_factor"] * t)
+                      for t in ref["times"]]
             slack = 1.0 + 2 * max(0.0, ref["cpu"] - sum(ref["times"]))
             if ref["error"] or len(ref["outs"]) != len(args):
                 why = f"reference run failed: {ref['error']}"

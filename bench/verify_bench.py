@@ -74,7 +74,8 @@ def pool_cpu_s():
         # without root the zygote proper is the child of the process we started (a PID namespace's
         # init)
         try:
-            pids += [int(p) for p in open(f"/proc/{pids[0]}/task/{pids[0]}/children").read().split()]
+            children = open(f"/proc/{pids[0]}/task/{pids[0]}/children").read()
+            pids += [int(p) for p in children.split()]
         except OSError:
             pass
         for pid in pids:
@@ -105,8 +106,9 @@ def main():
     tally, odd = seed_tally(rows, results)
 
     ok = [(p, r) for p, r in zip(proposals, results) if r["valid"]]
-    attempts = {"code_o": [dict(p, output=r["output"], gold=r["gold"], answer=r["output"]) for p, r in ok],
-                "code_i": [dict(p, output=r["output"], gold=r["gold"], answer=p["input"]) for p, r in ok]}
+    problems = [dict(p, output=r["output"], gold=r["gold"]) for p, r in ok]
+    attempts = {"code_o": [dict(p, answer=p["output"]) for p in problems],
+                "code_i": [dict(p, answer=p["input"]) for p in problems]}
     grade_rates, correct = [], 0
     for _ in range(args.repeats):
         start, correct = time.perf_counter(), 0

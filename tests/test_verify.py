@@ -230,7 +230,7 @@ GRADE_CASES += [
 
 
 def with_golds(task, attempts):
-    """Attempts on problems written by hand -> the same with the "gold" encodings validation gives them."""
+    """Attempts on problems written by hand -> the same with the gold encodings validation gives."""
     done = verify.add_golds(task, attempts)
     assert None not in done
     return done
@@ -247,7 +247,8 @@ def test_grade_table():
 
 def test_grade_answer_bombs_are_bounded():
     start = time.monotonic()
-    bombs = with_golds("code_o", [dict(CODE_O, answer="9**9**9"), dict(CODE_O, answer="[0] * 10**10")])
+    bombs = [dict(CODE_O, answer="9**9**9"), dict(CODE_O, answer="[0] * 10**10")]
+    bombs = with_golds("code_o", bombs)
     res = verify.grade("code_o", bombs, timeout=1.0)
     assert [r["correct"] for r in res] == [False, False] and "timeout" in res[0]["reason"]
     assert "MemoryError" in res[1]["reason"] and time.monotonic() - start < 6
@@ -286,16 +287,19 @@ def test_cli_validate_and_grade():
              json.dumps({"program": "def f(x): return x"}), json.dumps(["a list"]),
              json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})]
     out = run_cli(["validate", "--task", "code_o"], lines)
-    assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"], "gold": out[0]["gold"]}
+    assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"],
+                      "gold": out[0]["gold"]}
     assert verify.decode(out[0]["gold"]) == eval(PROBLEMS[1]["output"])
     assert [o["valid"] for o in out] == [True, False, False, False, True] and out[4]["output"] == "2"
     assert all(o["reason"].startswith("bad request") and o["output"] is None for o in out[1:4])
     graded = with_golds("code_f", [dict(F_ATTEMPT, answer="def f(x):\n    return x * 2"),
                                    dict(F_ATTEMPT, answer="def f(x): return 0")])
-    out = run_cli(["grade", "--task", "code_f"], [json.dumps(graded[0]), "[", json.dumps(graded[1])])
+    lines = [json.dumps(graded[0]), "[", json.dumps(graded[1])]
+    out = run_cli(["grade", "--task", "code_f"], lines)
     assert [o["correct"] for o in out] == [True, False, False] and set(out[0]) == {"correct", "reason"}
     out = run_cli(["validate", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, inputs=F_ATTEMPT["inputs"]))])
-    assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"], "gold": out[0]["gold"]}]
+    assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"],
+                    "gold": out[0]["gold"]}]
 
 
 # ----------------------------------------------------------------------------- hostile code
