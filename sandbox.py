@@ -40,8 +40,8 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
      folder (and the private tmpfs).
   7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote,
      inherited): no unshare/setns/mount, ptrace, process_vm_*, bpf, keyctl, io_uring, namespace
-     clone flags, chmod/chown/utime/xattr; where children keep our uid and no PID namespace hides
-     other processes, or stay root, each child adds a filter denying signals and fork.
+     clone flags, chmod/chown/utime/xattr, sockets; where children keep our uid and no PID namespace
+     hides other processes, or stay root, each child adds a filter denying signals and fork.
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
 interpreter's folders stay readable; without Landlock and a mount namespace, children can read and
 delete what this user can (verify.require_isolation refuses to start then). A child that reaches raw
@@ -605,15 +605,16 @@ def _seccomp_load(program):
     return ctypes.addressof(_bpf[-1])
 
 
-# Landlock leaves metadata (chmod ... xattr) alone
+# Landlock leaves metadata (chmod ... xattr) alone; no sockets at all: no network even where no
+# network namespace could be made, no host UNIX sockets (Landlock does not cover connect)
 DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick "
                    "move_mount open_tree mount_setattr ptrace process_vm_readv process_vm_writev "
-                   "kcmp perf_event_open bpf userfaultfd keyctl add_key request_key "
-                   "io_uring_setup io_uring_enter io_uring_register open_by_handle_at "
-                   "name_to_handle_at kexec_load kexec_file_load init_module finit_module "
-                   "delete_module reboot swapon swapoff acct quotactl iopl ioperm chmod fchmod "
-                   "fchmodat fchmodat2 chown fchown lchown fchownat utime utimes utimensat "
-                   "futimesat setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr")
+                   "kcmp perf_event_open bpf userfaultfd keyctl add_key request_key io_uring_setup "
+                   "io_uring_enter io_uring_register open_by_handle_at name_to_handle_at "
+                   "kexec_load kexec_file_load init_module finit_module delete_module reboot "
+                   "swapon swapoff acct quotactl iopl ioperm chmod fchmod fchmodat fchmodat2 chown "
+                   "fchown lchown fchownat utime utimes utimensat futimesat setxattr lsetxattr "
+                   "fsetxattr removexattr lremovexattr fremovexattr socket socketpair")
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 # fork too: a child that stays root is exempt from NPROC
@@ -1119,6 +1120,10 @@ def layers():
     for name in hellos[0]["layers"]:
         out[name] = all(h["layers"][name][0] for h in hellos)
         why[name] = hellos[0]["layers"][name][1]
+    out["network_isolation"] = out["network_namespace"] or out["seccomp"]
+    why["network_isolation"] = "network namespace or seccomp (no sockets)"
+    if not out["network_isolation"]:
+        why["network_isolation"] = "neither a network namespace nor seccomp: children are online"
     out["filesystem_isolation"] = out["mount_namespace"] or out["landlock"]
     why["filesystem_isolation"] = "mount namespace or Landlock"
     if not out["filesystem_isolation"]:
