@@ -61,15 +61,15 @@ import select
 import signal
 import sys
 import time
-from collections import Counter, OrderedDict, defaultdict, deque
-from decimal import Decimal
-from fractions import Fraction
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
                 kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read,
                 readv as _readv, rmdir as _rmdir, setuid as _setuid, unlink as _unlink,
                 wait4 as _wait4, write as _write)
+
+# the value encoding both sides use; the zygote drops it from sys.modules (see _zygote_main)
+from encoding import MAX_UNITS, decode, encode, escape
 
 # zygotes per family (two families): POPULORA_SANDBOX_WORKERS, else the cores, at most 8
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0"))
@@ -95,162 +95,6 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
          "socket": "socket create_connection create_server socketpair fromfd"}
 
 # ---------------------------------------------------------------------- child side (runs user code)
-
-def _encode(value, parts, budget, depth=0):
-    """Append the canonical encoding of `value` to `parts` as JSON text: a ["tag", ...] list of
-    strings and lists (ints and floats in hex, so big ints, nan, inf and -0.0 are exact). Exact
-    types only, checked with the real `type` (no subclass, no user class, no always-equal object).
-    `budget` ([units left]) caps the size (a node is 1 unit, 16 chars of text 1 more), depth is
-    capped at MAX_DEPTH, so a cyclic value fails. Returns False when the value holds a type whose
-    repr is not a plain literal (Counter, nan, ...): such a repr must be evaluated back to be
-    trusted. The parent decodes and compares (verify.decode)."""
-    t = type(value)
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
-        raise ValueError("output too large or too deeply nested (or cyclic)")
-    tag = _TAGS.get(t)
-    if tag is None:
-        raise ValueError("output is not a plain value (builtin and standard-library types only)")
-    if t is str:
-        budget[0] -= len(value) >> 4
-        parts.append('["str", %s]' % _escape(value))
-        return True
-    if t is int:
-        budget[0] -= value.bit_length() >> 6
-        parts.append('["int", "%x"]' % value)
-        return True
-    if t is bool:
-        parts.append(_BOOLS[value])
-        return True
-    if value is None or value is ...:
-        parts.append(tag)
-        return True
-    if t is float:
-        parts.append('["float", "%s"]' % float.hex(value))
-        return value - value == 0.0               # False for nan and +-inf (their reprs are names)
-    if t in _MAPPINGS:
-        parts.append('["%s", [' % tag)
-        literal = t is dict
-        for n, (k, v) in enumerate(dict.items(value)):
-            parts.append(", [" if n else "[")
-            literal = _encode(k, parts, budget, depth + 1) & literal
-            parts.append(", ")
-            literal = _encode(v, parts, budget, depth + 1) & literal
-            parts.append("]")
-        parts.append("]]")
-        return literal
-    if t in _SEQUENCES:
-        parts.append('["%s", [' % tag)
-        literal = t is not deque
-        for n, v in enumerate(value):
-            if n:
-                parts.append(", ")
-            literal = _encode(v, parts, budget, depth + 1) & literal
-        parts.append("]]")
-        return literal
-    if t is bytes or t is bytearray:
-        budget[0] -= len(value) >> 3
-        parts.append('["%s", "%s"]' % (tag, value.hex()))
-        return t is bytes
-    if t is complex:
-        parts.append('["complex", "%s", "%s"]' % (float.hex(value.real), float.hex(value.imag)))
-        return value - value == 0j
-    if t is range:
-        parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
-        return False
-    if t is Fraction:
-        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 6
-        parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
-        return False
-    text = Decimal.__str__(value)                 # t is Decimal
-    budget[0] -= len(text) >> 4
-    parts.append('["Decimal", %s]' % _escape(text))
-    return False
-
-
-MAX_DEPTH = 100        # nesting levels of an encoded value
-MAX_UNITS = 1 << 16    # size budget of one encoded value (see _encode)
-_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
-_MAPPINGS = {dict: "dict", OrderedDict: "OrderedDict", Counter: "Counter",
-             defaultdict: "defaultdict"}
-_TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", complex: "complex",
-         bytes: "bytes", bytearray: "bytearray", range: "range", Fraction: "Fraction",
-         Decimal: "Decimal", bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
-_BOOLS = {True: '["True"]', False: '["False"]'}
-_escape = json.encoder.encode_basestring_ascii
-
-
-def decode(encoding):
-    """A canonical encoding (_encode's output, parsed: ["tag", ...] lists of strings) -> the value
-    it stands for, made of builtin and collections/fractions/decimal types only, so `==` on it runs
-    no model code. Schema, size (MAX_UNITS) and depth (MAX_DEPTH) are checked; raises ValueError for
-    anything else. Used by the parent to judge, and by a child to receive plain arguments (code_i
-    grading) before any user code runs."""
-    try:
-        return _build(encoding, [MAX_UNITS], 0)
-    except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
-        raise ValueError(f"malformed encoding ({type(e).__name__})") from None
-
-
-_EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
-_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
-               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter,
-               "defaultdict": defaultdict}
-
-
-def _text(item, budget):
-    if type(item) is not str:
-        raise TypeError("not a string")
-    budget[0] -= len(item) >> 4
-    if budget[0] < 0:
-        raise ValueError("too large")
-    return item
-
-
-def _build(enc, budget, depth):
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
-        raise ValueError("too large or too deep")
-    if type(enc) is not list or not enc or type(enc[0]) is not str:
-        raise TypeError("not an encoding")
-    tag, args = enc[0], enc[1:]
-    if tag in _EMPTY and not args:
-        return _EMPTY[tag]
-    texts = [_text(x, budget) for x in args] if tag not in _CONTAINERS else []
-    if tag == "str" and len(texts) == 1:
-        return texts[0]
-    if tag == "int" and len(texts) == 1:
-        return int(texts[0], 16)
-    if tag == "float" and len(texts) == 1:
-        return float.fromhex(texts[0])
-    if tag == "complex" and len(texts) == 2:
-        return complex(float.fromhex(texts[0]), float.fromhex(texts[1]))
-    if tag == "bytes" and len(texts) == 1:
-        return bytes.fromhex(texts[0])
-    if tag == "bytearray" and len(texts) == 1:
-        return bytearray.fromhex(texts[0])
-    if tag == "range" and len(texts) == 3:
-        return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
-    if tag == "Fraction" and len(texts) == 2:
-        return Fraction(int(texts[0], 16), int(texts[1], 16))
-    if tag == "Decimal" and len(texts) == 1:
-        return Decimal(texts[0])
-    if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
-        raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
-    kind, items = _CONTAINERS[tag], []
-    for item in args[0]:
-        if kind not in (dict, OrderedDict, Counter, defaultdict):
-            items.append(_build(item, budget, depth + 1))
-        elif type(item) is list and len(item) == 2:
-            items.append((_build(item[0], budget, depth + 1), _build(item[1], budget, depth + 1)))
-        else:
-            raise TypeError("not a key-value pair")
-    if kind is defaultdict:
-        return defaultdict(None, items)
-    if kind is Counter:
-        return Counter(dict(items))
-    return kind(items)
-
 
 def _describe(e):
     try:
@@ -289,13 +133,13 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
         v = eval_(call, ns)
         parts = []
         if mode != "repr":
-            _encode(v, parts, [MAX_UNITS])
+            encode(v, parts, [MAX_UNITS])
             values.append("".join(parts))
             continue
         r = repr_(v)
         if type(r) is not str or len(r) > cap:
             raise ValueError(f"output repr is not a str of at most {cap} chars")
-        literal = _encode(v, parts, [MAX_UNITS])
+        literal = encode(v, parts, [MAX_UNITS])
         # Counter(...), nan, ...: really evaluate the repr
         if not literal and job.get("roundtrip", True):
             try:
@@ -304,12 +148,12 @@ def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
                 raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
             back_parts = []
             try:
-                _encode(back, back_parts, [MAX_UNITS])
+                encode(back, back_parts, [MAX_UNITS])
             except ValueError:
                 back_parts = None
             if back_parts is None or not bool(back == v):
                 raise ValueError("output repr does not evaluate back to an equal value")
-        values.append("[%s, %s]" % (_escape(r), "".join(parts)))
+        values.append("[%s, %s]" % (escape(r), "".join(parts)))
     return values
 
 
@@ -329,7 +173,7 @@ def _outcome(job):
         stdout = _out.buffer.getvalue().decode("utf-8", "replace")
     except BaseException:
         stdout = ""
-    esc = _escape
+    esc = escape
     if values is None:
         line = '{"ok": false, "error": %s, "stdout": %s, "values": null}\n'
         return line % (esc(error), esc(stdout))
@@ -375,7 +219,7 @@ def _child(job, wfd, limits, uid):
             raise OSError("seccomp filter refused")
         line = _outcome(job)
     except BaseException as e:
-        error = _escape("sandbox set-up failed: " + _describe(e))
+        error = escape("sandbox set-up failed: " + _describe(e))
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
     try:
         _write_all(wfd, line.encode())
@@ -670,10 +514,14 @@ def _zygote_main(number, home, uid_base, programs):
     os.umask(0)
     for name in PRELOAD:
         __import__(name)
+    # user code must not import the repo's modules: not from the folder, and not encoding.py, loaded
+    # (this module keeps the functions it took from it)
     if sys.path and sys.path[0] == repo:
-        del sys.path[0]                            # user code must not import the repo's modules
+        del sys.path[0]
+    sys.modules.pop("encoding", None)
     _landlock, why = _landlock_setup(landlock, _readable(repo), [jobs] + _scratch)
-    _scratch_times.extend([(0, 0)] * len(_scratch))   # unknown: the first clean lists them
+    # unknown: the first clean lists them
+    _scratch_times.extend([(0, 0)] * len(_scratch))
     layers["landlock"] = [_landlock is not None, why]
     signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
     layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]

@@ -28,7 +28,7 @@ Multi-line inputs work (calls are compiled as `f(\n<input>\n)` expressions, neve
 line).
 
 Golds and grading [ours; SPEC §3 "verdicts are decided outside the untrusted process"]: a valid
-proposal gets "gold", the canonical encoding of its value(s) (sandbox._encode; plain JSON data,
+proposal gets "gold", the canonical encoding of its value(s) (encoding.py; plain JSON data,
 stored with the problem). Children never see a gold: they run the answer and send back its value's
 encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: the
 answer evaluated with the program's imports but not f; code_i: the answer's arguments evaluated
@@ -55,7 +55,10 @@ import re
 import sys
 import tokenize
 
+import prompts
 import sandbox
+# the canonical encoding of values (a child's results and the golds), decoded here to judge
+from encoding import decode
 
 TASKS = ("code_i", "code_o", "code_f")
 N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the first half
@@ -98,135 +101,32 @@ REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, dequ
 
 # ------------------------------------------------------------------------------------------ prompts
 
-WRAPPER = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
-           "assistant first thinks about the reasoning process in the mind and then provides the user with the "
-           "answer. The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
-           "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>. "
-           # the R1-Zero template AZR uses, verbatim for comparability
-           "User: {}\nAssistant: <think>")
-
-CODE_RULES = """- Call the entry function `f`. Helper functions, nested functions and classes are fine; put imports and
-  class definitions at the top.
-- `f` takes at least one argument and returns a value.
-- Deterministic: no randomness, dates or times, files, network, printing or any outside state.
-- It should take several steps of reasoning, with state tracked over a sequence of transformations.
-- It must finish within 10 seconds.
-- These words may not appear anywhere, not even in comments: {banned}"""
-
-PROPOSE_IO = """## Task: write a Python snippet and one input for it
-Create a new Python code snippet and one matching test input. A test subject will be shown the snippet and the
-{shown}, and must work out the {hidden}. Think of it as an I.Q. test: hard to crack, yet solvable.
-
-### Code requirements
-{rules}
-- Do not copy the test input into the snippet.
-
-### Input requirements
-- Exactly one input. Separate several arguments with commas and quote strings.
-
-### Answer format
-```python
-def f(...):
-    # your code
-    return ...
-```
-
-```input
-arg1, arg2, ...
-```
-For example:
-```python
-def f(name: str, info: dict):
-    return name + ' is ' + str(info['age'])
-```
-
-```input
-'John', {{'age': 20, 'city': 'New York'}}
-```
-
-### How the snippet is judged
-- It runs without errors.
-- It is hard for the subject to deduce the {hidden} from the snippet and the {shown}.
-- It is creative and unlike the reference snippets below.
-
-First plan how your snippet will be challenging, different from the references and creative; then write the
-final code and input.
-
-### Reference code snippets
-{references}"""
-
-PROPOSE_F = """## Task: choose inputs that reveal a function
-Below is a Python snippet. Write {n} inputs for it and a message. A test subject will see half of the inputs
-with their outputs, plus your message, and must write the function; the other half checks their answer.
-Pick inputs that cover the input space and give diverse outputs, so the function can be deduced. The message
-can be a coding question or a plain-language hint; it must not contain the code.
-
-```python
-{program}
-f(<|YOUR INPUT WILL BE PLUGGED HERE|>)
-```
-
-### Answer format
-Each input in its own fence (separate arguments with commas, quote strings), then the message:
-```input
-arg1, arg2, ...
-```
-```message
-your message
-```
-
-### How it is judged
-- Every input runs without errors.
-- The inputs cover the input space and give varied outputs.
-- The function is challenging but possible to deduce from the shown pairs and the message."""
-
-SOLVE = {
-    "code_o": "## Task: predict the output\nWork out the output of the snippet below for the given input. Think "
-              "step by step, then give the output in an ```output fence. Quote strings; use a tuple for several "
-              "return values.\n\n```python\n{program}\n```\n\n```input\n{input}\n```",
-    "code_i": "## Task: find an input\nFind one input that makes the snippet below return the given output. Think "
-              "step by step, then give the input in an ```input fence. Separate several arguments with commas and "
-              "quote strings.\n\n```python\n{program}\n```\n\n```output\n{output}\n```",
-    "code_f": "## Task: write the function\nFrom the input/output pairs and the message below, write the function "
-              "`f` that produced them.\n\n{pairs}\n```message\n{message}\n```\n\n### Code requirements\n{rules}\n\n"
-              "Give your function in a ```python fence. Name your entry function f().",
-}
-
-
-def _fence(tag, text):
-    return f"```{tag}\n{text}\n```"
-
 
 def _task(task):
-    if task not in TASKS:   # a caller's bug, not model text: fail loudly
+    # a caller's bug, not model text: fail loudly
+    if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
     return task
 
 
 def teacher_prompt(task, references, program=None):
-    """Full teacher prompt. code_i/code_o: `references` = archive problems
-    {"program","input","output"} (K of them, may be empty); code_f: `program` = the archive program
-    to write inputs for."""
-    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_SHOWN)))
-    if _task(task) == "code_f":
-        return WRAPPER.format(PROPOSE_F.format(n=N_INPUTS, program=program))
-    shown, hidden = ("output", "input") if task == "code_i" else ("input", "output")
-    refs = "\n".join(f"<snippet_{j}>\n{_fence('python', r['program'])}\n{_fence('input', r['input'])}\n"
-                     f"{_fence('output', r['output'])}\n</snippet_{j}>" for j, r in enumerate(references))
-    return WRAPPER.format(PROPOSE_IO.format(shown=shown, hidden=hidden, rules=rules, references=refs))
+    """Full teacher prompt (the text is in prompts.py). code_i/code_o: `references` = archive
+    problems {"program","input","output"} (K of them, may be empty); code_f: `program` = the archive
+    program to write inputs for."""
+    return prompts.teacher_prompt(_task(task), references, program, BANNED_SHOWN, N_INPUTS)
 
 
 def student_prompt(task, problem):
-    """code_i/code_o: problem {"program","input","output"}; code_f:
-    {"program","inputs","outputs","message"}, of which the first half of the pairs is shown (the
-    rest is hidden for grading)."""
-    if _task(task) != "code_f":
-        return WRAPPER.format(SOLVE[task].format(**problem))
-    shown = len(problem["inputs"]) // 2
-    pairs = "\n".join(f"{_fence(f'input_{k}', problem['inputs'][k])}\n{_fence(f'output_{k}', problem['outputs'][k])}"
-                      for k in range(shown))
-    rules = CODE_RULES.format(banned=", ".join(sorted(BANNED_SHOWN)))
-    return WRAPPER.format(SOLVE["code_f"].format(pairs=pairs, message=problem["message"], rules=rules))
+    """Full student prompt (the text is in prompts.py). code_i/code_o: problem
+    {"program","input","output"}; code_f: {"program","inputs","outputs","message"}, of which the
+    first half of the pairs is shown (the rest is hidden for grading)."""
+    return prompts.student_prompt(_task(task), problem, BANNED_SHOWN)
+
+
+# a markdown fence, as the prompts write them (tinyworld.py builds its transcripts with it)
+fence = prompts.fence
+# the old private name, still used by tinyworld.py
+_fence = prompts.fence
 
 
 # ------------------------------------------------------------------------------------------ parsers
@@ -654,13 +554,6 @@ def grade(task, attempts, timeout=5.0):
 
 
 # -------------------------------------------------------------------------- encodings, decided here
-
-def decode(encoding):
-    """A canonical encoding (sandbox._encode: ["tag", ...] lists of strings) -> the value it stands
-    for, made here of builtin and collections/fractions/decimal types only, so `==` on it runs no
-    model code. Schema, size and depth are checked; raises ValueError otherwise (sandbox.decode)."""
-    return sandbox.decode(encoding)
-
 
 def equal(gold, encoding):
     """AZR's verdict on one value: gold == value, Python's == on the two decoded values (dict and

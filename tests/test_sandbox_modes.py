@@ -33,13 +33,15 @@ def arrangeable(mode):
 
 @pytest.fixture(scope="module")
 def tree():
-    """A world-readable copy of the sandbox, verify.py, the probe and the pinned bindings (an
-    unprivileged user cannot read a Python installed under /root, nor this checkout wherever it
-    is)."""
+    """A world-readable copy of the sandbox, verify.py (and the modules they import), the probe and
+    the pinned bindings (an unprivileged user cannot read a Python installed under /root, nor this
+    checkout wherever it is)."""
     base = tempfile.mkdtemp(prefix="populora-modes-", dir="/tmp")
     code = os.path.join(base, "code")
     os.mkdir(code)
-    for name in ("sandbox.py", "verify.py", os.path.join("tests", "sandbox_modes_probe.py")):
+    names = ("sandbox.py", "encoding.py", "verify.py", "prompts.py",
+             os.path.join("tests", "sandbox_modes_probe.py"))
+    for name in names:
         shutil.copy(os.path.join(ROOT, name), code)
     for module in ("pyseccomp", "landlock"):
         spec = importlib.util.find_spec(module)

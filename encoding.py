@@ -1,0 +1,190 @@
+"""The canonical encoding of a program's value, the one format that crosses the sandbox's wall
+(SPEC §3: "verdicts are decided outside the untrusted process").
+
+A child (sandbox.py) encodes each value it computed with `encode`; the parent decodes what the
+child sent with `decode` and compares with Python's == (verify.equal), and stores encodings as a
+problem's "gold". An encoding is plain JSON data: a ["tag", ...] list of strings and lists, ints and
+floats in hex (so big ints, nan, inf and -0.0 are exact). Exact builtin and
+collections/fractions/decimal types only, checked with the real `type`: no subclass, no user class,
+no always-equal object ever reaches an ==. Size (MAX_UNITS) and depth (MAX_DEPTH) are capped both
+ways.
+
+Both sides of the wall import this file: the zygote (sandbox.py run as a script with -S, a scrubbed
+environment, before any lock-down) and the parent. So it imports the standard library only, and
+does nothing at import but build its tables.
+"""
+import json
+from collections import Counter, OrderedDict, defaultdict, deque
+from decimal import Decimal
+from fractions import Fraction
+
+MAX_DEPTH = 100        # nesting levels of an encoded value
+MAX_UNITS = 1 << 16    # size budget of one encoded value: a node is 1 unit, 16 chars of text 1 more
+
+# type -> tag, for encoding
+_SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
+_MAPPINGS = {dict: "dict", OrderedDict: "OrderedDict", Counter: "Counter",
+             defaultdict: "defaultdict"}
+# None and Ellipsis are written as their whole encoding
+_TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", complex: "complex",
+         bytes: "bytes", bytearray: "bytearray", range: "range", Fraction: "Fraction",
+         Decimal: "Decimal", bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
+_BOOLS = {True: '["True"]', False: '["False"]'}
+# a str -> its JSON string literal, ASCII only (the C escaper: a child's result line is built with
+# it alone)
+escape = json.encoder.encode_basestring_ascii
+
+# tag -> value or type, for decoding
+_EMPTY = {"None": None, "Ellipsis": ..., "True": True, "False": False}
+_CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": deque,
+               "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter,
+               "defaultdict": defaultdict}
+_PAIRS = (dict, OrderedDict, Counter, defaultdict)
+
+
+def encode(value, parts, budget, depth=0):
+    """Append the canonical encoding of `value` to `parts` as JSON text. `budget` ([units left])
+    caps the size, depth is capped at MAX_DEPTH, so a cyclic value fails (ValueError). Returns False
+    when the value holds a type whose repr is not a plain literal (Counter, nan, ...): such a repr
+    must be evaluated back to be trusted (sandbox._evaluate)."""
+    t = type(value)
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise ValueError("output too large or too deeply nested (or cyclic)")
+    tag = _TAGS.get(t)
+    if tag is None:
+        raise ValueError("output is not a plain value (builtin and standard-library types only)")
+    if t is str:
+        budget[0] -= len(value) >> 4
+        parts.append('["str", %s]' % escape(value))
+        return True
+    if t is int:
+        budget[0] -= value.bit_length() >> 6
+        parts.append('["int", "%x"]' % value)
+        return True
+    if t is bool:
+        parts.append(_BOOLS[value])
+        return True
+    if value is None or value is ...:
+        parts.append(tag)
+        return True
+    if t is float:
+        parts.append('["float", "%s"]' % float.hex(value))
+        # False for nan and +-inf (their reprs are names)
+        return value - value == 0.0
+    # `& literal`, not `and`: every item is encoded, literal or not
+    if t in _MAPPINGS:
+        parts.append('["%s", [' % tag)
+        literal = t is dict
+        for n, (k, v) in enumerate(dict.items(value)):
+            if n:
+                parts.append(", [")
+            else:
+                parts.append("[")
+            literal = encode(k, parts, budget, depth + 1) & literal
+            parts.append(", ")
+            literal = encode(v, parts, budget, depth + 1) & literal
+            parts.append("]")
+        parts.append("]]")
+        return literal
+    if t in _SEQUENCES:
+        parts.append('["%s", [' % tag)
+        literal = t is not deque
+        for n, v in enumerate(value):
+            if n:
+                parts.append(", ")
+            literal = encode(v, parts, budget, depth + 1) & literal
+        parts.append("]]")
+        return literal
+    if t is bytes or t is bytearray:
+        budget[0] -= len(value) >> 3
+        parts.append('["%s", "%s"]' % (tag, value.hex()))
+        return t is bytes
+    if t is complex:
+        parts.append('["complex", "%s", "%s"]' % (float.hex(value.real), float.hex(value.imag)))
+        return value - value == 0j
+    if t is range:
+        parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
+        return False
+    if t is Fraction:
+        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 6
+        parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
+        return False
+    # t is Decimal
+    text = Decimal.__str__(value)
+    budget[0] -= len(text) >> 4
+    parts.append('["Decimal", %s]' % escape(text))
+    return False
+
+
+def decode(encoding):
+    """A canonical encoding (encode's output, parsed: ["tag", ...] lists of strings) -> the value
+    it stands for, made of builtin and collections/fractions/decimal types only, so `==` on it runs
+    no model code. Schema, size (MAX_UNITS) and depth (MAX_DEPTH) are checked; raises ValueError for
+    anything else. Used by the parent to judge, and by a child to receive plain arguments (code_i
+    grading) before any user code runs."""
+    try:
+        return _build(encoding, [MAX_UNITS], 0)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, MemoryError) as e:
+        raise ValueError(f"malformed encoding ({type(e).__name__})") from None
+
+
+def _text(item, budget):
+    if type(item) is not str:
+        raise TypeError("not a string")
+    budget[0] -= len(item) >> 4
+    if budget[0] < 0:
+        raise ValueError("too large")
+    return item
+
+
+def _build(enc, budget, depth):
+    budget[0] -= 1
+    if budget[0] < 0 or depth > MAX_DEPTH:
+        raise ValueError("too large or too deep")
+    if type(enc) is not list or not enc or type(enc[0]) is not str:
+        raise TypeError("not an encoding")
+    tag, args = enc[0], enc[1:]
+    if tag in _EMPTY and not args:
+        return _EMPTY[tag]
+    # a scalar's arguments are strings
+    texts = []
+    if tag not in _CONTAINERS:
+        for item in args:
+            texts.append(_text(item, budget))
+    if tag == "str" and len(texts) == 1:
+        return texts[0]
+    if tag == "int" and len(texts) == 1:
+        return int(texts[0], 16)
+    if tag == "float" and len(texts) == 1:
+        return float.fromhex(texts[0])
+    if tag == "complex" and len(texts) == 2:
+        return complex(float.fromhex(texts[0]), float.fromhex(texts[1]))
+    if tag == "bytes" and len(texts) == 1:
+        return bytes.fromhex(texts[0])
+    if tag == "bytearray" and len(texts) == 1:
+        return bytearray.fromhex(texts[0])
+    if tag == "range" and len(texts) == 3:
+        return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
+    if tag == "Fraction" and len(texts) == 2:
+        return Fraction(int(texts[0], 16), int(texts[1], 16))
+    if tag == "Decimal" and len(texts) == 1:
+        return Decimal(texts[0])
+    # a container's one argument is the list of its items (a mapping's: [key, value] pairs)
+    if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
+        raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
+    kind, items = _CONTAINERS[tag], []
+    for item in args[0]:
+        if kind not in _PAIRS:
+            items.append(_build(item, budget, depth + 1))
+        elif type(item) is list and len(item) == 2:
+            key = _build(item[0], budget, depth + 1)
+            value = _build(item[1], budget, depth + 1)
+            items.append((key, value))
+        else:
+            raise TypeError("not a key-value pair")
+    if kind is defaultdict:
+        return defaultdict(None, items)
+    if kind is Counter:
+        return Counter(dict(items))
+    return kind(items)
