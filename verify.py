@@ -97,7 +97,8 @@ _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 # the program imports their module in any form (`import collections` + a Counter output, as in one
 # AZR seed)
 REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque",
-              "fractions": "from fractions import Fraction", "decimal": "from decimal import Decimal"}
+              "fractions": "from fractions import Fraction",
+              "decimal": "from decimal import Decimal"}
 
 # ------------------------------------------------------------------------------------------ prompts
 
@@ -144,7 +145,12 @@ def _answer(response):
 
 
 def _fences(text, tags):
-    return [body.strip("\n").rstrip() for tag, body in _FENCES.findall(text) if tag.lower() in tags]
+    """The bodies of the fences in `text` whose tag (lower-cased) is one of `tags`, in order."""
+    bodies = []
+    for tag, body in _FENCES.findall(text):
+        if tag.lower() in tags:
+            bodies.append(body.strip("\n").rstrip())
+    return bodies
 
 
 def parse_teacher(task, response):
@@ -155,27 +161,38 @@ def parse_teacher(task, response):
         return None
     if _task(task) == "code_f":
         inputs = [x.strip() for x in _fences(answer, {"input"})]
-        messages = _fences(answer, {"message"}) or re.findall(r"(?s)<message>(.*?)</message>", answer)
+        messages = _fences(answer, {"message"})
+        if not messages:
+            messages = re.findall(r"(?s)<message>(.*?)</message>", answer)
         if len(inputs) < N_INPUTS or not messages or not messages[0].strip():
             return None
         return {"inputs": inputs[-N_INPUTS:], "message": messages[0].strip()}
-    programs, inputs = _fences(answer, {"python", "py", ""}), _fences(answer, {"input"})
+    programs = _fences(answer, {"python", "py", ""})
+    inputs = _fences(answer, {"input"})
     if not programs or not inputs or not programs[0].strip() or not inputs[0].strip():
         return None
     return {"program": programs[0], "input": inputs[0].strip()}
 
 
 def parse_student(task, response):
-    """Generated continuation -> the answer text (an output, an input, or a program), or None (format error)."""
+    """Generated continuation -> the answer text (an output, an input, or a program), or None
+    (format error)."""
     answer = _answer(response)
     if answer is None:
         return None
     if _task(task) == "code_f":
         programs = _fences(answer, {"python", "py", ""})
-        return programs[-1] if programs and programs[-1].strip() else None
-    fenced = _fences(answer, {"output" if task == "code_o" else "input"})
+        if not programs or not programs[-1].strip():
+            return None
+        return programs[-1]
+    if task == "code_o":
+        fenced = _fences(answer, {"output"})
+    else:
+        fenced = _fences(answer, {"input"})
     # AZR's last resort: the whole answer is the input/output
-    text = fenced[-1] if fenced else answer
+    text = answer
+    if fenced:
+        text = fenced[-1]
     return text.strip() or None
 
 
@@ -211,7 +228,17 @@ def _nodes(tree):
 def _screen(tree):
     """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching;
     returns the nodes."""
-    nodes, imported, bound, modules, direct = _nodes(tree), set(), set(), set(), set()
+    nodes = _nodes(tree)
+    imported, bound, modules, direct = _bindings(nodes)
+    _check_uses(nodes, imported, bound, modules, direct)
+    return nodes
+
+
+def _bindings(nodes):
+    """The screen's first pass: raise Invalid for a banned import; -> (names imported, names the
+    program binds, modules imported with `import`, ids of the nodes used directly: `x` in `x.attr`
+    and in `x(...)`)."""
+    imported, bound, modules, direct = set(), set(), set(), set()
     # exact types (ast.parse output), most frequent first
     for node in nodes:
         kind = type(node)
@@ -231,7 +258,9 @@ def _screen(tree):
         elif kind in (ast.Import, ast.ImportFrom):
             if kind is ast.ImportFrom and (node.level or not node.module):
                 raise Invalid("relative import")
-            words = [node.module] if kind is ast.ImportFrom else []
+            words = []
+            if kind is ast.ImportFrom:
+                words.append(node.module)
             for alias in node.names:
                 words.append(alias.name)
                 imported.add(alias.asname or alias.name.split(".")[0])
@@ -242,12 +271,23 @@ def _screen(tree):
                     continue
                 if name in BANNED_ATTRS or name in ESCAPES or name in ATTR_CALLS:
                     raise Invalid(f"banned import: {name}")
-            for word in {part for m in words for part in m.split(".")} & BANNED_IMPORTS:
+            # every dotted component: `import xml.os` is as banned as `import os`
+            parts = set()
+            for module in words:
+                parts.update(module.split("."))
+            for word in parts & BANNED_IMPORTS:
                 raise Invalid(f"banned import: {word}")
+    return imported, bound, modules, direct
+
+
+def _check_uses(nodes, imported, bound, modules, direct):
+    """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
+    attribute or string, getattr & co. or a module used other than directly, an attribute call with
+    a name that is not a constant allowed one, and monkey-patching."""
     for node in nodes:
         kind = type(node)
         if kind is ast.Name:
-            if node.id in ESCAPES or node.id in BANNED_NAMES and node.id not in bound:
+            if node.id in ESCAPES or (node.id in BANNED_NAMES and node.id not in bound):
                 raise Invalid(f"banned name: {node.id}")
             if node.id in ATTR_CALLS and node.id not in bound and id(node) not in direct:
                 raise Invalid(f"{node.id} only as a direct call")
@@ -256,30 +296,53 @@ def _screen(tree):
         elif kind is ast.Attribute:
             if node.attr in ESCAPES or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
-        elif kind is ast.MatchClass:              # `case str(__class__=c)` reads an attribute too
+        # `case str(__class__=c)` reads an attribute too
+        elif kind is ast.MatchClass:
             for name in node.kwd_attrs:
                 if name in ESCAPES or name in BANNED_ATTRS:
                     raise Invalid(f"banned attribute: {name}")
         elif kind is ast.Constant:
             if isinstance(node.value, str) and _ESCAPE_RE.search(node.value):
-                raise Invalid(f"banned name in a string: {_ESCAPE_RE.search(node.value).group()}")
+                found = _ESCAPE_RE.search(node.value).group()
+                raise Invalid(f"banned name in a string: {found}")
         elif kind is ast.Call:
-            if isinstance(node.func, ast.Name) and node.func.id in ATTR_CALLS and node.func.id not in bound:
-                name = node.args[1] if len(node.args) > 1 else None
-                if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and not
-                        # getattr(codecs, "sys")
-                        name.value.startswith("__") and name.value not in BANNED_ATTRS):
-                    raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
-                root = _root(node.args[0])
-                if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name) and root.id in imported:
-                    raise Invalid("modifies an imported module")
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ATTR_CALLS and func.id not in bound:
+                _check_attribute_call(node, imported)
         elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
-            for target in node.targets if kind in (ast.Assign, ast.Delete) else [node.target]:
-                for t in target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]:
-                    root = _root(t)
-                    if t is not root and (not isinstance(root, ast.Name) or root.id in imported):
-                        raise Invalid("modifies an imported module (or assigns through a call)")
-    return nodes
+            _check_targets(node, imported)
+
+
+def _check_attribute_call(node, imported):
+    """getattr & co. only with a constant attribute name that is neither a dunder nor banned
+    (getattr(codecs, "sys")); setattr and delattr never on an imported module."""
+    name = None
+    if len(node.args) > 1:
+        name = node.args[1]
+    constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
+    if not constant or name.value.startswith("__") or name.value in BANNED_ATTRS:
+        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
+    root = _root(node.args[0])
+    if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name):
+        if root.id in imported:
+            raise Invalid("modifies an imported module")
+
+
+def _check_targets(node, imported):
+    """No assignment or deletion through an imported name or a call (`math.pi = 3`, `f().x = 1`):
+    no monkey-patching of library classes that grading compares with."""
+    if type(node) in (ast.Assign, ast.Delete):
+        targets = node.targets
+    else:
+        targets = [node.target]
+    for target in targets:
+        elements = [target]
+        if isinstance(target, (ast.Tuple, ast.List)):
+            elements = target.elts
+        for element in elements:
+            root = _root(element)
+            if element is not root and (not isinstance(root, ast.Name) or root.id in imported):
+                raise Invalid("modifies an imported module (or assigns through a call)")
 
 
 def _parse(text, mode="exec"):
@@ -292,46 +355,87 @@ def _parse(text, mode="exec"):
 
 
 def prepare_program(program):
-    """-> (program with its entry function renamed to f, text of all its import statements). Raises Invalid."""
+    """-> (program with its entry function renamed to f, text of all its import statements). Raises
+    Invalid."""
     if not isinstance(program, str) or not program.strip():
         raise Invalid("empty program")
     if len(program) > MAX_PROGRAM:
         raise Invalid(f"program longer than {MAX_PROGRAM} chars")
     tree = _parse(program)
-    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    entry = next((n for n in defs if n.name == "f"), defs[0] if len(defs) == 1 else None)
-    if entry is None:
-        raise Invalid("no top-level function" if not defs else "several top-level functions and none is named f")
+    entry = _entry(tree)
     if isinstance(entry, ast.AsyncFunctionDef):
         raise Invalid("the entry function is async")
-    nodes = [n for n in _screen(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    modules = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0] for n in nodes for a in n.names}
-    imports = "\n".join(dict.fromkeys([ast.unparse(n) for n in nodes] + [REPR_NAMES[m] for m in sorted(modules)
-                                                                          if m in REPR_NAMES]))
+    import_nodes = []
+    for node in _screen(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            import_nodes.append(node)
+    imports = _imports_text(import_nodes)
     if entry.name == "f":
         return program, imports
-    # rename entry -> f on the token stream (keeps comments and layout); `f` must be free
-    lines, spots, prev = program.splitlines(keepends=True), [], None
-    for tok in tokenize.generate_tokens(io.StringIO(program).readline):
-        if tok.type == tokenize.NAME and tok.string in (entry.name, "f") and not (prev and prev.string == "."):
-            if tok.string == "f":
+    return _rename_to_f(program, entry.name), imports
+
+
+def _entry(tree):
+    """The entry function: the top-level def named f, else the only top-level def. Raises
+    Invalid."""
+    defs = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.append(node)
+    for node in defs:
+        if node.name == "f":
+            return node
+    if not defs:
+        raise Invalid("no top-level function")
+    if len(defs) > 1:
+        raise Invalid("several top-level functions and none is named f")
+    return defs[0]
+
+
+def _imports_text(nodes):
+    """A program's Import/ImportFrom nodes -> its import statements, one a line without repeats,
+    then REPR_NAMES's line for each module imported in any form that has one."""
+    lines, modules = [], set()
+    for node in nodes:
+        lines.append(ast.unparse(node))
+        for alias in node.names:
+            if isinstance(node, ast.ImportFrom):
+                modules.add(node.module.split(".")[0])
+            else:
+                modules.add(alias.name.split(".")[0])
+    for module in sorted(modules):
+        if module in REPR_NAMES:
+            lines.append(REPR_NAMES[module])
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _rename_to_f(program, name):
+    """Rename the entry function `name` to f on the token stream, so comments and layout stay:
+    every NAME token `name` that does not follow a dot. Raises Invalid when `f` is used already."""
+    lines, spots, previous = program.splitlines(keepends=True), [], None
+    for token in tokenize.generate_tokens(io.StringIO(program).readline):
+        after_dot = previous is not None and previous.string == "."
+        if token.type == tokenize.NAME and token.string in (name, "f") and not after_dot:
+            if token.string == "f":
                 raise Invalid("the name f is already used for something else")
-            spots.append(tok.start)
-        if tok.type not in (tokenize.NL, tokenize.COMMENT):
-            prev = tok
+            spots.append(token.start)
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = token
     for row, col in reversed(spots):
         line = lines[row - 1]
-        lines[row - 1] = line[:col] + "f" + line[col + len(entry.name):]
-    return "".join(lines), imports
+        lines[row - 1] = line[:col] + "f" + line[col + len(name):]
+    return "".join(lines)
 
 
 def call_text(inputs):
-    """Input text (argument list, may span lines) -> screened `f(...)` expression source. Raises Invalid."""
+    """Input text (argument list, may span lines) -> screened `f(...)` expression source. Raises
+    Invalid."""
     if not isinstance(inputs, str) or not inputs.strip():
         raise Invalid("empty input")
     source = f"f(\n{inputs}\n)"
     tree = _parse(source, "eval")
-    if not (isinstance(tree.body, ast.Call) and isinstance(tree.body.func, ast.Name) and tree.body.func.id == "f"):
+    call = tree.body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
         raise Invalid("input is not an argument list")
     _screen(tree)
     return source
@@ -364,7 +468,8 @@ def _validity_jobs(task, p, timeout):
         inputs = p["inputs"]
         if len(inputs) < N_INPUTS or not all(isinstance(x, str) for x in inputs):
             raise Invalid(f"need {N_INPUTS} inputs")
-        if not p["message"].strip() or " ".join(p["program"].split()) in " ".join(p["message"].split()):
+        program_words = " ".join(p["program"].split())
+        if not p["message"].strip() or program_words in " ".join(p["message"].split()):
             raise Invalid("message is empty or contains the program")
     else:
         _request(p, {"program": str, "input": str})
@@ -410,17 +515,26 @@ def _validity(task, a, b):
     return {"valid": True, "reason": "valid", "output": first[0][0], "gold": first[0][1]}
 
 
+def _output_key(task):
+    """The key of a problem's shown output: code_f has several ("outputs")."""
+    if _task(task) == "code_f":
+        return "outputs"
+    return "output"
+
+
 def validate(task, proposals, timeout=5.0):
     """Proposals -> [{"valid", "reason", "program", "output" (code_f: "outputs"), "gold"}]; each
     valid proposal ran twice, in two separately started interpreters, in parallel with the others.
     "output(s)": the repr string(s) students see; "gold": the canonical encoding(s) of the value(s)
     grading compares with (code_f: one per input), plain JSON data (lists and strings), None unless
     valid. Never raises for bad model text."""
-    key = "outputs" if _task(task) == "code_f" else "output"
+    key = _output_key(task)
     results, jobs, owners = [], [], []
     for i, p in enumerate(proposals):
-        results.append({"valid": False, "reason": "", key: None, "gold": None,
-                        "program": p.get("program") if isinstance(p, dict) else None})
+        program = None
+        if isinstance(p, dict):
+            program = p.get("program")
+        results.append({"valid": False, "reason": "", key: None, "gold": None, "program": program})
         try:
             results[i]["program"], pair = _validity_jobs(task, p, timeout)
             jobs += pair
@@ -441,19 +555,27 @@ def add_golds(task, problems, timeout=5.0):
     """Problems stored before golds were (no "gold" key: an old archive or checkpoint) -> the same
     list with "gold" filled in by validating each again; None in place of one that is no longer
     valid or whose output changed. Problems that have a "gold" come back unchanged, unrun."""
-    key = "outputs" if _task(task) == "code_f" else "output"
-    fields = ("program", "inputs", "message") if task == "code_f" else ("program", "input")
+    key = _output_key(task)
+    # what validate reads of a problem
+    if task == "code_f":
+        fields = ("program", "inputs", "message")
+    else:
+        fields = ("program", "input")
     out, todo = list(problems), []
     for i, p in enumerate(problems):
         if not isinstance(p, dict) or "gold" not in p:
             todo.append(i)
     proposals = []
     for i in todo:
-        p = problems[i] if isinstance(problems[i], dict) else {}
+        p = problems[i]
+        if not isinstance(p, dict):
+            p = {}
         proposals.append({k: p[k] for k in fields if k in p})
     for i, r in zip(todo, validate(task, proposals, timeout)):
         same = isinstance(problems[i], dict) and r[key] == problems[i].get(key)
-        out[i] = dict(problems[i], gold=r["gold"]) if r["valid"] and same else None
+        out[i] = None
+        if r["valid"] and same:
+            out[i] = dict(problems[i], gold=r["gold"])
     return out
 
 
@@ -526,7 +648,8 @@ def grade(task, attempts, timeout=5.0):
     on the hidden last half of the pairs). Correct when each gold == the answer's value (Python's
     ==, as AZR, on values decoded here from the child's encodings: builtin types only, so no
     always-equal object). `answer` None (a format error) scores False."""
-    results, jobs, owners, golds, _ = [], [], [], [], _task(task)
+    _task(task)
+    results, jobs, owners, golds = [], [], [], []
     for i, a in enumerate(attempts):
         results.append({"correct": False, "reason": ""})
         try:
@@ -549,7 +672,10 @@ def grade(task, attempts, timeout=5.0):
             continue
         pairs = zip(gold, run["values"])
         correct = len(run["values"]) == len(gold) and all(equal(g, v) for g, v in pairs)
-        results[i].update(correct=correct, reason="correct" if correct else "wrong answer")
+        results[i]["correct"] = correct
+        results[i]["reason"] = "wrong answer"
+        if correct:
+            results[i]["reason"] = "correct"
     return results
 
 
@@ -634,6 +760,11 @@ def shutdown():
 _MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
 
+# nodes that are one branch point each
+_BRANCHES = (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.IfExp, ast.Assert,
+             ast.match_case)
+
+
 def complexity(program):
     """{"ast_depth", "cyclomatic", "loc", "variables"} of a program (all 0 if it does not parse).
     cyclomatic = 1 + branch points (if/loops/except/with-less boolean operands/comprehension
@@ -644,12 +775,14 @@ def complexity(program):
     except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):
         return {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
     depth, stack, branches, names = 0, [(tree, 1)], 0, set()
-    while stack:   # iterative: model text can nest deeper than Python's recursion limit
+    # iterative: model text can nest deeper than Python's recursion limit
+    while stack:
         node, d = stack.pop()
         depth = max(depth, d)
-        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node) if not isinstance(child, _MARKERS))
-        if isinstance(node, (ast.If, ast.For, ast.While, ast.AsyncFor, ast.ExceptHandler, ast.IfExp, ast.Assert,
-                             ast.match_case)):
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _MARKERS):
+                stack.append((child, d + 1))
+        if isinstance(node, _BRANCHES):
             branches += 1
         elif isinstance(node, ast.BoolOp):
             branches += len(node.values) - 1
@@ -659,7 +792,10 @@ def complexity(program):
             names.add(node.id)
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-    loc = sum(1 for line in program.splitlines() if line.strip() and not line.strip().startswith("#"))
+    loc = 0
+    for line in program.splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            loc += 1
     return {"ast_depth": depth, "cyclomatic": 1 + branches, "loc": loc, "variables": len(names)}
 
 
@@ -667,8 +803,9 @@ def complexity(program):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="AZR task verifier: validate proposals / grade attempts (JSONL on "
-                                     "stdin, one JSON line out per line in)", allow_abbrev=False)
+    description = ("AZR task verifier: validate proposals / grade attempts (JSONL on stdin, one "
+                   "JSON line out per line in)")
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("command", choices=["validate", "grade", "layers"])
     parser.add_argument("--task", choices=TASKS)
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per sandboxed run")
@@ -676,43 +813,60 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="layers: one JSON line, not a table")
     args = parser.parse_args(argv)
     if args.command == "layers":
-        lay = sandbox.layers()
-        if args.json:
-            print(json.dumps(lay))
-            return
-        for name, why in lay["why"].items():
-            print(f"{'on ' if lay[name] else 'OFF'}  {name:22} {why}")
-        hidden = ", ".join(lay["hidden_dirs"]) or "nothing"
-        print(f"hidden from children: {hidden}; {len(lay['workers'])} zygotes")
+        _print_layers(args.json)
         return
     if not args.task:
         parser.error("--task is required for validate and grade")
-    key = "outputs" if args.task == "code_f" else "output"
-    fail = {"correct": False, "reason": ""}
-    if args.command == "validate":
-        fail = {"valid": False, "reason": "", key: None, "gold": None}
     lines = []
-
-    def flush():
-        items, out = [], {}
-        for n, line in enumerate(lines):
-            try:
-                items.append((n, json.loads(line)))
-            except ValueError as e:   # a bad line answers for itself and does not stop the stream
-                out[n] = dict(fail, reason=f"bad request: not JSON ({e})")
-        fn = validate if args.command == "validate" else grade
-        for (n, _), r in zip(items, fn(args.task, [item for _, item in items], args.timeout)):
-            out[n] = {k: r[k] for k in fail}
-        sys.stdout.write("".join(json.dumps(out[n]) + "\n" for n in range(len(lines))))
-        sys.stdout.flush()
-        lines.clear()
-
     for line in sys.stdin:
-        if line.strip():
-            lines.append(line)
-            if len(lines) >= args.chunk:
-                flush()
-    flush()
+        if not line.strip():
+            continue
+        lines.append(line)
+        if len(lines) >= args.chunk:
+            _answer_chunk(args.command, args.task, args.timeout, lines)
+            lines = []
+    _answer_chunk(args.command, args.task, args.timeout, lines)
+
+
+def _print_layers(as_json):
+    """`verify.py layers`: every sandbox layer on or off and why, a line each (or one JSON line)."""
+    lay = sandbox.layers()
+    if as_json:
+        print(json.dumps(lay))
+        return
+    for name, why in lay["why"].items():
+        state = "OFF"
+        if lay[name]:
+            state = "on "
+        print(f"{state}  {name:22} {why}")
+    hidden = ", ".join(lay["hidden_dirs"]) or "nothing"
+    print(f"hidden from children: {hidden}; {len(lay['workers'])} zygotes")
+
+
+def _answer_chunk(command, task, timeout, lines):
+    """Validate or grade a chunk of request lines (JSON text); write one JSON line per line in, in
+    order, with the keys of `fail` only."""
+    if command == "validate":
+        fail = {"valid": False, "reason": "", _output_key(task): None, "gold": None}
+        judge = validate
+    else:
+        fail = {"correct": False, "reason": ""}
+        judge = grade
+    items, numbers, out = [], [], {}
+    for n, line in enumerate(lines):
+        # a bad line answers for itself and does not stop the stream
+        try:
+            items.append(json.loads(line))
+            numbers.append(n)
+        except ValueError as e:
+            out[n] = dict(fail, reason=f"bad request: not JSON ({e})")
+    for n, result in zip(numbers, judge(task, items, timeout)):
+        out[n] = {k: result[k] for k in fail}
+    answers = []
+    for n in range(len(lines)):
+        answers.append(json.dumps(out[n]) + "\n")
+    sys.stdout.write("".join(answers))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
