@@ -2,8 +2,8 @@
 verify.py).
 
 API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:
-_evaluate, _job), decode(encoding), layers() (every layer, on or off, and why), seccomp_programs(),
-shutdown().
+_evaluate, _job), decode(encoding) (encoding.py's), layers() (every layer, on or off, and why),
+seccomp_programs(), shutdown().
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs
 nothing) and ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm
@@ -12,10 +12,11 @@ validity check's two runs go to different families, so set order can differ). Pe
 the child's fresh cwd (a random name) and forks; the child ends the lock-down, runs the job and
 writes one JSON line; the zygote forwards it with what it measured itself (pid, the child's CPU
 seconds from wait4), empties the private /tmp folders, and retires if that fails. No gold ever
-enters a child: a child returns a canonical encoding of each value (_encode: exact builtin and
+enters a child: a child returns a canonical encoding of each value (encoding.py: exact builtin and
 collections/fractions/decimal types, checked with the real `type`, size and depth capped) and the
 parent decides (verify.py). User code can write the result line itself, so the parent parses every
-line as hostile (_decode): schema, types, caps, one entry per call; a bad line fails its job alone.
+line as hostile (_parse_answer): schema, types, caps, one entry per call; a bad line fails its job
+alone.
 Results pass through an mmap buffer the children do not inherit, given back to the kernel after each
 job, so no child finds an earlier job's result in its memory.
 
@@ -97,11 +98,17 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
 # ---------------------------------------------------------------------- child side (runs user code)
 
 def _describe(e):
+    """An exception -> "Type: message", at most 300 chars (+ "..."); "Type" alone when the message
+    is empty or fails to print (user code's exception classes)."""
+    text = type(e).__name__
     try:
-        text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        if str(e):
+            text = f"{type(e).__name__}: {e}"
     except BaseException:
         text = type(e).__name__
-    return text if len(text) <= 300 else text[:300] + "..."
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return text
 
 
 class _Capped(io.BytesIO):
@@ -161,7 +168,7 @@ def _outcome(job):
     """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
     JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
     copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
-    nothing in it (see _decode)."""
+    nothing in it (see _parse_answer)."""
     values, error, ok = None, "", False
     try:
         values, ok = _evaluate(job), True
@@ -193,10 +200,17 @@ class _GuardHook:
     every fork)."""
     @staticmethod
     def find_spec(name, path=None, target=None):
-        spec = PathFinder.find_spec(name, path) if name in GUARD else None
+        if name not in GUARD:
+            return None
+        spec = PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
             load = spec.loader.exec_module
-            spec.loader.exec_module = lambda module: (load(module), _guard())
+
+            def exec_module(module):
+                load(module)
+                _guard()
+
+            spec.loader.exec_module = exec_module
         return spec
 
 
@@ -230,7 +244,8 @@ def _child(job, wfd, limits, uid):
 
 # -------------------------------------------------------------------------------------- zygote side
 
-_libc = _pyfork = _null = None   # set in the zygote (children must not dlopen after fork)
+# set in the zygote (children must not dlopen after fork)
+_libc = _pyfork = _null = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
@@ -252,9 +267,12 @@ def _mount_setup(repo, home):
         point = line.split()[4].encode().decode("unicode_escape")
         options = line.split()[5].split(",")
         if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
-            flags = (("nosuid", 2), ("nodev", 4), ("noexec", 8))
-            keep = sum(bit for name, bit in flags if name in options)
-            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | keep
+            # a remount must keep these flags of the mount, or it is refused
+            kept = 0
+            for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)):
+                if name in options:
+                    kept |= bit
+            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept
             if mount(None, point.encode(), None, flags, None) != 0:
                 return None
     for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
@@ -262,47 +280,75 @@ def _mount_setup(repo, home):
             options = b"size=256m,nr_inodes=16384,mode=1777"
             if mount(b"tmpfs", d.encode(), b"tmpfs", 0, options) == 0:
                 _scratch.append(d)
-    keep = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path)
-            if p and os.path.isdir(p) and os.path.realpath(p) != repo}
-    keep = sorted(k for k in keep if not any(k.startswith(o + "/") for o in keep))
+    keep = _interpreter_folders(repo)
     hidden = []
     for d in ("/root", "/home", home, os.path.dirname(repo), repo):
-        d = os.path.realpath(d) if d else ""
-        if not d or d == "/" or not os.path.isdir(d):
+        if not d:
+            continue
+        d = os.path.realpath(d)
+        if d == "/" or not os.path.isdir(d):
             continue
         if any(d == h or d.startswith(h + "/") for h in hidden):
             continue
+        # d is inside the interpreter's folders
         if any(d == k or d.startswith(k + "/") for k in keep):
-            continue                              # d is inside the interpreter's folders
-        inner = [k for k in keep if k.startswith(d + "/")]
-        stash = []
-        # bind the interpreter's folders aside, cover d, move them back
-        for j, k in enumerate(inner):
-            s = f"/tmp/.keep{len(hidden)}-{j}"
-            os.mkdir(s)
-            if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
-                stash.append((k, s))
-        opts = b"size=64k,nr_inodes=256,mode=0711" if inner else b"size=4k,nr_inodes=2,mode=000"
-        if mount(b"tmpfs", d.encode(), b"tmpfs", 0 if inner else _MS_RDONLY, opts) != 0:
             continue
-        for k, s in stash:
-            os.makedirs(k, mode=0o711, exist_ok=True)
-            mount(s.encode(), k.encode(), None, _MS_MOVE, None)
-            os.rmdir(s)
-        hidden.append(d)
+        if _cover(d, keep, len(hidden)):
+            hidden.append(d)
     return hidden
+
+
+def _interpreter_folders(repo):
+    """The interpreter's folders (prefixes, sys.path), real paths, outermost only, never the
+    repo."""
+    folders = set()
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
+        if p and os.path.isdir(p) and os.path.realpath(p) != repo:
+            folders.add(os.path.realpath(p))
+    outermost = []
+    for folder in folders:
+        if not any(folder.startswith(other + "/") for other in folders):
+            outermost.append(folder)
+    return sorted(outermost)
+
+
+def _cover(folder, keep, number):
+    """Mount an empty tmpfs over `folder` (read-only, mode 000), or where interpreter folders
+    (`keep`) are inside it, a small one with them bound aside first and moved back in. `number`
+    names the stash folders. -> whether it is covered."""
+    mount = _libc.mount
+    inner = [k for k in keep if k.startswith(folder + "/")]
+    stash = []
+    for j, k in enumerate(inner):
+        s = f"/tmp/.keep{number}-{j}"
+        os.mkdir(s)
+        if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
+            stash.append((k, s))
+    if inner:
+        flags, options = 0, b"size=64k,nr_inodes=256,mode=0711"
+    else:
+        flags, options = _MS_RDONLY, b"size=4k,nr_inodes=2,mode=000"
+    if mount(b"tmpfs", folder.encode(), b"tmpfs", flags, options) != 0:
+        return False
+    for k, s in stash:
+        os.makedirs(k, mode=0o711, exist_ok=True)
+        mount(s.encode(), k.encode(), None, _MS_MOVE, None)
+        os.rmdir(s)
+    return True
 
 
 def _uid_works(uid):
     """Can a child with this uid still read the stdlib (Python may live under /root, e.g. pyenv)?"""
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             os.setgid(uid)
             os.setuid(uid)
             os.close(os.open(os.path.dirname(os.__file__) + "/random.py", 0))
+            code = 0
         finally:
-            os._exit(0 if sys.exc_info()[0] is None else 1)
+            os._exit(code)
     return os.waitpid(pid, 0)[1] == 0
 
 
@@ -316,7 +362,8 @@ def _namespaces(repo, home):
                                     "cannot signal us"]}
     in_user_ns = False
     if os.geteuid() != 0:
-        if _libc.unshare(0x10000000) == 0:        # CLONE_NEWUSER
+        # CLONE_NEWUSER
+        if _libc.unshare(0x10000000) == 0:
             uid, gid = os.getuid(), os.getgid()
             maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                     ("gid_map", f"{gid} {gid} 1"))
@@ -331,7 +378,9 @@ def _namespaces(repo, home):
             out = {k: [False, why] for k in out}
             return out
     hidden = _mount_setup(repo, home)
-    via = " in a user namespace" if in_user_ns else ""
+    via = ""
+    if in_user_ns:
+        via = " in a user namespace"
     if hidden is None:
         error = os.strerror(ctypes.get_errno())
         out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({error}{via})"
@@ -339,7 +388,8 @@ def _namespaces(repo, home):
         what = f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"
         out["mount_namespace"] = [True, what]
         _hidden.extend(hidden)
-    if _libc.unshare(0x40000000) == 0:            # CLONE_NEWNET
+    # CLONE_NEWNET
+    if _libc.unshare(0x40000000) == 0:
         out["network_namespace"] = [True, f"no interface up, not even loopback{via}"]
     else:
         error = os.strerror(ctypes.get_errno())
@@ -383,17 +433,20 @@ def _landlock_setup(landlock, read_paths, write_paths):
         read = landlock.FSAccess.READ_FILE | landlock.FSAccess.READ_DIR | landlock.FSAccess.EXECUTE
         for path, rights in [(p, read) for p in read_paths] + [(p, handled) for p in write_paths]:
             if not os.path.isdir(path):
-                rights &= landlock.FSAccess.all_file()   # a file takes file rights only
+                # a file takes file rights only
+                rights &= landlock.FSAccess.all_file()
             path_fd = os.open(path, os.O_PATH)
             ctypes.set_errno(0)
             rule = plumbing.PathBeneathAttr(rights, path_fd)
-            plumbing.get_add_rule()(fd, 1, ctypes.byref(rule), 0)   # LANDLOCK_RULE_PATH_BENEATH
+            # LANDLOCK_RULE_PATH_BENEATH
+            plumbing.get_add_rule()(fd, 1, ctypes.byref(rule), 0)
             os.close(path_fd)
         global _landlock_restrict
         _landlock_restrict = plumbing.get_restrict_self()
     except ImportError as e:
         return None, f"the landlock binding is not installed ({e}); pip install -r requirements.txt"
-    except Exception as e:                        # old kernel, Landlock not enabled at boot, ...
+    # old kernel, Landlock not enabled at boot, ...
+    except Exception as e:
         return None, f"Landlock unavailable: {_describe(e)}"
     return fd, f"ABI {abi}: read {len(read_paths)} interpreter folders, write the job's folder only"
 
@@ -421,7 +474,8 @@ def seccomp_programs():
                 try:
                     rules.add_rule(pyseccomp.ERRNO(1), name)
                 except (OSError, ValueError):
-                    pass                          # a syscall this architecture does not have
+                    # a syscall this architecture does not have
+                    pass
             if key == "zygote":
                 for flag in NAMESPACE_FLAGS:
                     has_flag = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag)
@@ -434,7 +488,8 @@ def seccomp_programs():
         out["why"] = f"{len(out['zygote']) // 16} BPF instructions from libseccomp"
     except ImportError as e:
         out = {"zygote": "", "signals": "", "why": f"the pyseccomp binding is not installed ({e})"}
-    except Exception as e:                        # no libseccomp.so.2, ...
+    # no libseccomp.so.2, ...
+    except Exception as e:
         out = {"zygote": "", "signals": "", "why": f"seccomp unavailable: {_describe(e)}"}
     _pool["seccomp"] = out
     return out
@@ -466,52 +521,32 @@ SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_op
                    "pidfd_send_signal pidfd_getfd fork vfork clone")
 # the zygote's: see _seccomp_setup, _mount_setup
 _bpf, _hidden, _scratch, _scratch_times = [], [], [], []
-_landlock = _landlock_restrict = _signal_filter = _syscall = None   # set in the zygote
+# set in the zygote
+_landlock = _landlock_restrict = _signal_filter = _syscall = None
 
 
 def _zygote_main(number, home, uid_base, programs):
-    global _libc, _out, _pyfork, _null, _landlock, _signal_filter, _syscall
-    # set by the parent so children never resolve symbols (GOT writes)
+    """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
+    layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
+    job until EOF. `programs`: seccomp_programs() of the parent."""
+    global _landlock
     programs = {"zygote": "", "signals": "", "why": "no BPF given", **programs}
+    # set by the parent so children never resolve symbols (GOT writes); not for user code to see
     os.environ.pop("LD_BIND_NOW", None)
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _pyfork = ctypes.PyDLL(None).fork
-    _syscall = _libc.syscall
-    _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    _load_libc()
     repo = os.path.dirname(os.path.abspath(__file__))
+    # before the mount namespace can hide the folder it is in
     try:
         import landlock
         import landlock.plumbing
     except ImportError as e:
         landlock = e
     layers = _namespaces(repo, home)
-    uid = uid_base + number % 100_000
-    if os.geteuid() != 0:
-        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 "
-                                     "still binds)"]
-    elif not _uid_works(uid):
-        layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
-    else:
-        layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
-    uid = uid if layers["uid_drop"][0] else 0
-    # still root (euid 0) but with the children's gid and no groups;
-    if uid:
-        os.setgroups(())
-        os.setgid(uid)
-        # root is exempt (it still forks), the children's uid not
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    uid = _uid_drop(layers, uid_base + number % 100_000)
     # inherited by every child
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
         resource.setrlimit(kind, (value, value))
-    base = "/tmp"
-    if not layers["mount_namespace"][0]:
-        base = __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
-    # like /tmp (which it is, with the mount namespace)
-    os.chmod(base, 0o1777)
-    # the zygote's: children reach their own cwd in here, make no name
-    os.mkdir(jobs := base + "/jobs", 0o711)
-    os.environ["TMPDIR"] = "."                    # tempfile in a child: its own cwd
-    os.umask(0)
+    base, jobs = _jobs_folder(layers)
     for name in PRELOAD:
         __import__(name)
     # user code must not import the repo's modules: not from the folder, and not encoding.py, loaded
@@ -523,6 +558,82 @@ def _zygote_main(number, home, uid_base, programs):
     # unknown: the first clean lists them
     _scratch_times.extend([(0, 0)] * len(_scratch))
     layers["landlock"] = [_landlock is not None, why]
+    _seccomp_layers(layers, programs, uid)
+    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
+             "hash_seed": os.environ.get("PYTHONHASHSEED")}
+    requests, replies = _private_stdio()
+    # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
+    _libc.prctl(38, 1, 0, 0, 0)
+    # layer 3, once here: every child inherits disabled functions
+    _guard()
+    sys.meta_path.insert(0, _GuardHook)
+    _warm_up()
+    # keep the collector off the zygote's pages in children
+    gc.freeze()
+    # the zygote enters the domain itself: children inherit it, free
+    if _landlock is not None:
+        ctypes.set_errno(0)
+        _landlock_restrict(_landlock, 0)
+        os.close(_landlock)
+    # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
+    if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
+        raise OSError("seccomp filter refused")
+    _write_all(replies, (json.dumps(hello) + "\n").encode())
+    _serve(requests, replies, jobs, uid)
+
+
+def _load_libc():
+    """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
+    dlopen)."""
+    global _libc, _pyfork, _syscall
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _pyfork = ctypes.PyDLL(None).fork
+    _syscall = _libc.syscall
+    _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+
+
+def _uid_drop(layers, uid):
+    """As root: children will run as `uid` (this pool's range) if it can read the interpreter's
+    files; the zygote takes the children's gid and no groups now. Reports layers["uid_drop"]. ->
+    the children's uid, 0 for none."""
+    if os.geteuid() != 0:
+        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 "
+                                     "still binds)"]
+    elif not _uid_works(uid):
+        layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
+    else:
+        layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
+    if not layers["uid_drop"][0]:
+        return 0
+    # still root (euid 0) but with the children's gid and no groups
+    os.setgroups(())
+    os.setgid(uid)
+    # root is exempt (it still forks), the children's uid not
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    return uid
+
+
+def _jobs_folder(layers):
+    """The folder the children's cwds are made in: /tmp/jobs with the mount namespace (a private
+    tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
+    base = "/tmp"
+    if not layers["mount_namespace"][0]:
+        base = __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
+    # like /tmp (which it is, with the mount namespace)
+    os.chmod(base, 0o1777)
+    # the zygote's: children reach their own cwd in here, make no name
+    jobs = base + "/jobs"
+    os.mkdir(jobs, 0o711)
+    # tempfile in a child: its own cwd
+    os.environ["TMPDIR"] = "."
+    os.umask(0)
+    return base, jobs
+
+
+def _seccomp_layers(layers, programs, uid):
+    """Reports layers "seccomp", "seccomp_signals" and "no_fork"; loads the per-child signal filter
+    where children keep our uid and no PID namespace hides other processes, or stay root."""
+    global _signal_filter
     signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
     layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
     layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes "
@@ -538,10 +649,12 @@ def _zygote_main(number, home, uid_base, programs):
             how = "seccomp denies fork"
         how = f"children stay root (NPROC does not bind): {how}"
         layers["no_fork"] = [_signal_filter is not None, how]
-    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
-             "hash_seed": os.environ.get("PYTHONHASHSEED")}
-    # Protocol on private fds; children inherit fd 0 (their job's stdin), capped sys.stdout/err, fds
-    # 1/2 /dev/null
+
+
+def _private_stdio():
+    """The protocol moves to private fds -> (requests fd, replies fd). Children inherit fd 0 (their
+    job's stdin), capped sys.stdout/err, fds 1/2 /dev/null."""
+    global _null, _out
     requests, replies = os.dup(0), os.dup(1)
     # kept: a job's stdin file is swapped back for it after the job
     _null = os.open(os.devnull, os.O_RDWR)
@@ -550,38 +663,36 @@ def _zygote_main(number, home, uid_base, programs):
     stdin = io.BufferedReader(io.FileIO(0, "r", closefd=False))
     sys.stdin = io.TextIOWrapper(stdin, encoding="utf-8", errors="replace")
     text = {"encoding": "utf-8", "errors": "backslashreplace", "write_through": True}
-    sys.stdout = _out = io.TextIOWrapper(_Capped(), **text)
+    _out = io.TextIOWrapper(_Capped(), **text)
+    sys.stdout = _out
     sys.stderr = io.TextIOWrapper(_Capped(), **text)
-    # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
-    _libc.prctl(38, 1, 0, 0, 0)
-    # layer 3, once here: every child inherits disabled functions
-    _guard()
-    sys.meta_path.insert(0, _GuardHook)
-    # a fixed job of ours quickens the child-side code here, not in every child (~10 fewer
-    # copy-on-write faults per child)
+    return requests, replies
+
+
+def _warm_up():
+    """A fixed job of ours quickens the child-side code here, not in every child (~10 fewer
+    copy-on-write faults per child)."""
     warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"),
             "calls": [compile("f([1, 'a', (2.5,)])", "<w>", "eval")]}
     for mode in ("repr", "encode") * 9:
         _outcome(dict(warm, mode=mode))
-    # keep the collector off the zygote's pages in children
-    gc.freeze()
-    # the zygote enters the domain itself: children inherit it, free
-    if _landlock is not None:
-        ctypes.set_errno(0)
-        _landlock_restrict(_landlock, 0)
-        os.close(_landlock)
-    if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
-        # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
-        raise OSError("seccomp filter refused")
-    _write_all(replies, (json.dumps(hello) + "\n").encode())
+
+
+def _serve(requests, replies, jobs, uid):
+    """The zygote's loop: read a job (8-byte length + marshal bytes), run it in a child, send back
+    the header and the child's line; until EOF (shutdown, or the parent died) or a failed
+    clean-up (the parent replaces a zygote that retires)."""
     # every child's line passes through this buffer; an anonymous mapping the children do not
     # inherit, whose pages are given back (zeroed) after each job: no later child can find an
     # earlier one's result
     result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     result.madvise(mmap.MADV_DONTFORK)
     view = memoryview(result)
-    # jobs: length + marshal bytes; b"" at EOF (shutdown, or parent died)
-    while payload := _take(requests, int.from_bytes(_take(requests, 8) or b"\0", "little")):
+    while True:
+        length = int.from_bytes(_take(requests, 8) or b"\0", "little")
+        payload = _take(requests, length)
+        if not payload:
+            return
         # unguessable: no child can prepare the next one's
         workdir = f"{jobs}/{os.urandom(8).hex()}"
         header, size, retire = _job(marshal.loads(payload), workdir, uid, view)
@@ -589,7 +700,6 @@ def _zygote_main(number, home, uid_base, programs):
         _write_all(replies, view[:size])
         result.madvise(mmap.MADV_DONTNEED, 0, size)
         if retire:
-            # the parent replaces a zygote whose clean-up failed
             return
 
 
@@ -617,49 +727,38 @@ def _job(job, workdir, uid, view):
     clean-up failed. A page the zygote writes costs ~0.8 us (a write-protect fault) when no child
     shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
     timeout = float(job.get("timeout", 5.0))
-    _out.buffer.cap = cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
-    limits = [(resource.RLIMIT_AS, (int(job.get("memory_mb") or MEMORY_MB) << 20,) * 2),
-              (resource.RLIMIT_CPU, (int(timeout) + 2,) * 2), (resource.RLIMIT_FSIZE, (0, 0)),
-              # without a uid drop, each child sets NPROC = 0
-              *[(resource.RLIMIT_NPROC, (0, 0))] * (not uid)]
+    cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
+    _out.buffer.cap = cap
+    limits = _limits(job, timeout, uid)
     # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
     # reachable by its own child only: the jobs folder is ours, 0711, and the name random
-    _mkdir(workdir, 0o777 if uid else 0o700)
+    mode = 0o700
+    if uid:
+        mode = 0o777
+    _mkdir(workdir, mode)
     _chdir(workdir)
     if job.get("stdin"):
         with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
             fh.write(job["stdin"])
         fd = _open_fd(".stdin", os.O_RDONLY)
-        _dup2(fd, 0)                              # the zygote's fd 0 goes back to /dev/null below
+        # the zygote's fd 0 goes back to /dev/null below
+        _dup2(fd, 0)
         _close(fd)
     r, w = _pipe()
     start, forked_ns = time.monotonic(), time.time_ns()
-    deadline = start + timeout
-    # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks
+    # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
+    # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
+    # one thread
     pid = _pyfork()
-    # (random reseed, threading reinit, ...) cost ~0.6 ms of COW faults
     if pid < 0:
-        # per child, 3x the bare fork; fine as the zygote has one thread
         raise OSError("fork failed")
     if pid == 0:
         _close(r)
         _child(job, w, limits, uid)
     _close(w)
     # JSON escapes grow text 6x (\uXXXX)
-    size, error, limit = 0, "", min(cap * 6 + (1 << 20), len(view))
-    # the child writes one line, then exits: read to EOF
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([r], (), (), left)[0]:
-            error = "timeout"
-            break
-        if size >= limit:
-            error = "result too large"
-            break
-        got = _readv(r, [view[size:limit]])
-        size += got
-        if not got:
-            break
+    limit = min(cap * 6 + (1 << 20), len(view))
+    size, error = _read_line(r, view, limit, start + timeout)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
     _kill_pid(pid, signal.SIGKILL)
@@ -671,20 +770,54 @@ def _job(job, workdir, uid, view):
     retire = not _clean(workdir, forked_ns)
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
-    if not error and size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1:
+    one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
+    if not error and one_line:
         # exactly one line, the child's (the parent checks it all)
         return header, size, retire
     if not error:
-        code = os.waitstatus_to_exitcode(status)
-        if size:
-            error = "malformed result"
-        elif code < 0 and -code != signal.SIGKILL:
-            error = f"crashed ({signal.Signals(-code).name})"
-        else:
-            error = f"exited (code {code}) without a result"
+        error = _no_result(status, size)
     line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
     view[:len(line)] = line
     return header, len(line), retire
+
+
+def _limits(job, timeout, uid):
+    """Layer 2: the rlimits a child sets on itself -> [(resource, (soft, hard))]."""
+    memory = int(job.get("memory_mb") or MEMORY_MB) << 20
+    limits = [(resource.RLIMIT_AS, (memory, memory)),
+              (resource.RLIMIT_CPU, (int(timeout) + 2, int(timeout) + 2)),
+              (resource.RLIMIT_FSIZE, (0, 0))]
+    # without a uid drop, each child sets NPROC = 0
+    if not uid:
+        limits.append((resource.RLIMIT_NPROC, (0, 0)))
+    return limits
+
+
+def _read_line(fd, view, limit, deadline):
+    """Read what the child writes to `fd` (one line, then it exits) into `view`, up to EOF, `limit`
+    bytes or the deadline -> (size, error: "" or why the read stopped early)."""
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], (), (), left)[0]:
+            return size, "timeout"
+        if size >= limit:
+            return size, "result too large"
+        got = _readv(fd, [view[size:limit]])
+        size += got
+        if not got:
+            return size, ""
+
+
+def _no_result(status, size):
+    """Why a child that was not stopped gave no one-line result: its exit status (from wait4) and
+    the bytes it wrote."""
+    code = os.waitstatus_to_exitcode(status)
+    if size:
+        return "malformed result"
+    if code < 0 and -code != signal.SIGKILL:
+        return f"crashed ({signal.Signals(-code).name})"
+    return f"exited (code {code}) without a result"
 
 
 def _clean(workdir, forked_ns):
@@ -722,9 +855,12 @@ def _take(fd, n):
     """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job
     queued behind it."""
     data = b""
-    while len(data) < n and (chunk := _read(fd, n - len(data))):
+    while len(data) < n:
+        chunk = _read(fd, n - len(data))
+        if not chunk:
+            return b""
         data += chunk
-    return data if len(data) == n else b""
+    return data
 
 
 def _rmtree(path):
@@ -769,7 +905,8 @@ def _start(family):
 
 def _hello(worker):
     # the zygote's layer report, once it is ready
-    if not (line := worker["proc"].stdout.readline()):
+    line = worker["proc"].stdout.readline()
+    if not line:
         raise RuntimeError("sandbox worker failed to start; "
                            "`python sandbox.py --worker 1 ~ 0 {}` shows why")
     worker["hello"] = json.loads(line)
@@ -799,7 +936,11 @@ def _ensure():
         # shares one
         uid_base = (1 << 20) + int.from_bytes(os.urandom(4), "little") % (1 << 30)
         _pool.update(pid=os.getpid(), workers=[], uid_base=uid_base)
-        started = [_start(family) for family in (0, 1) for _ in range(WORKERS_PER_FAMILY)]
+        # start them all, then wait for each to be ready
+        started = []
+        for family in (0, 1):
+            for _ in range(WORKERS_PER_FAMILY):
+                started.append(_start(family))
         _pool["workers"] = [_hello(w) for w in started]
     # died while idle (killed from outside): replace before use
     for n, w in enumerate(_pool["workers"]):
@@ -846,73 +987,116 @@ def run(jobs):
 
 
 def _dispatch(jobs, results, queues):
-    """The select loop of run(): keep each zygote up to two jobs deep (the next waits in its pipe:
-    no sleep and wake between jobs), collect answers in order, replace zygotes that die or hang (the
-    job behind is requeued)."""
+    """The select loop of run(): feed the zygotes and collect their answers until every job has
+    one."""
     cache, packed, pending = {}, {}, len(jobs)
     while pending:
-        # idle zygotes first, then queue one
-        for depth, w in [(d, w) for d in (1, 2) for w in _pool["workers"]]:
-            while len(w["jobs"]) < depth and (queues[w["family"]] or queues[None]):
-                i = (queue := queues[w["family"]] or queues[None]).pop()
-                try:
-                    payload = packed.pop(i, None) or _pack(jobs[i], cache)
-                except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
-                        MemoryError) as e:
-                    results[i] = {"ok": False, "error": _describe(e), "stdout": "", "values": None,
-                                  "pid": 0, "cpu_s": 0.0, "wall_s": 0.0}
-                    pending -= 1
-                    continue
-                # must fit in the pipe (64 KiB) beside nothing else,
-                if w["jobs"] and len(payload) > 1 << 15:
-                    # or the write would block while the zygote runs one
-                    queue.append(i)
-                    packed[i] = payload
-                    break
-                if not w["jobs"]:
-                    w["deadline"] = time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
-                w["jobs"].append(i)
-                try:
-                    w["proc"].stdin.write(payload)
-                    w["proc"].stdin.flush()
-                except OSError:
-                    pass                          # dead zygote: noticed below as EOF
-        busy = [w for w in _pool["workers"] if w["jobs"]]
-        wait = min([w["deadline"] for w in busy], default=0) - time.monotonic()
-        ready = set()
-        if busy:
-            ready = set(select.select([w["proc"].stdout for w in busy], [], [], max(0.0, wait))[0])
-        now = time.monotonic()
-        for n, w in enumerate(_pool["workers"]):
-            data = None
-            if w["proc"].stdout in ready:
-                # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
-                size = 1 << 20 if w["buf"] else 1 << 16
-                data = os.read(w["proc"].stdout.fileno(), size)
-            if data:
-                w["buf"] += data
-                while b"\n" in w["buf"] and w["jobs"]:   # one line per job, in order
-                    line, w["buf"] = w["buf"].split(b"\n", 1)
-                    i = w["jobs"].pop(0)
-                    results[i], retire = _decode(line, len(jobs[i].get("calls", ())))
-                    pending -= 1
-                    # its clean-up failed: it has exited; the jobs behind go elsewhere
-                    if retire:
-                        _replace(n, w, jobs, queues)
-                        break
-                    if w["jobs"]:                 # the zygote starts the next one now
-                        timeout = float(jobs[w["jobs"][0]].get("timeout", 5.0))
-                        w["deadline"] = now + timeout + GRACE_S
-            # died (EOF) or hung: replace
-            elif w["jobs"] and (data == b"" or now >= w["deadline"]):
-                error = "timeout"
-                if data == b"":
-                    error = "worker died"
-                i = w["jobs"].pop(0)
-                results[i] = {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0,
-                              "cpu_s": 0.0, "wall_s": 0.0}
-                pending -= 1
-                _replace(n, w, jobs, queues)
+        pending -= _feed(jobs, results, queues, cache, packed)
+        pending -= _collect(jobs, results, queues)
+
+
+def _failed(error):
+    """The result of a job that gave no answer of its own."""
+    return {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0,
+            "wall_s": 0.0}
+
+
+def _feed(jobs, results, queues, cache, packed):
+    """Keep each zygote up to two jobs deep, idle zygotes first (the next job waits in its pipe: no
+    sleep and wake between jobs). `packed`: jobs packed already that did not fit in a pipe. -> how
+    many jobs were answered here (those that do not compile)."""
+    answered = 0
+    rounds = []
+    for depth in (1, 2):
+        for worker in _pool["workers"]:
+            rounds.append((depth, worker))
+    for depth, w in rounds:
+        while len(w["jobs"]) < depth:
+            queue = queues[w["family"]] or queues[None]
+            if not queue:
+                break
+            i = queue.pop()
+            try:
+                payload = packed.pop(i, None) or _pack(jobs[i], cache)
+            except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
+                    MemoryError) as e:
+                results[i] = _failed(_describe(e))
+                answered += 1
+                continue
+            # must fit in the pipe (64 KiB) beside the job before it, or the write would block
+            # while the zygote runs that one
+            if w["jobs"] and len(payload) > 1 << 15:
+                queue.append(i)
+                packed[i] = payload
+                break
+            if not w["jobs"]:
+                w["deadline"] = time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+            w["jobs"].append(i)
+            try:
+                w["proc"].stdin.write(payload)
+                w["proc"].stdin.flush()
+            # a dead zygote: _collect sees EOF
+            except OSError:
+                pass
+    return answered
+
+
+def _collect(jobs, results, queues):
+    """Wait for answers until the first deadline, take every complete one, replace zygotes that
+    died (EOF) or are past their deadline (the jobs behind are requeued). -> how many jobs were
+    answered."""
+    answered = 0
+    busy = []
+    for w in _pool["workers"]:
+        if w["jobs"]:
+            busy.append(w)
+    wait = min([w["deadline"] for w in busy], default=0) - time.monotonic()
+    ready = set()
+    if busy:
+        pipes = [w["proc"].stdout for w in busy]
+        ready = set(select.select(pipes, [], [], max(0.0, wait))[0])
+    now = time.monotonic()
+    for n, w in enumerate(_pool["workers"]):
+        data = None
+        if w["proc"].stdout in ready:
+            # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
+            size = 1 << 16
+            if w["buf"]:
+                size = 1 << 20
+            data = os.read(w["proc"].stdout.fileno(), size)
+        if data:
+            w["buf"] += data
+            answered += _answers(n, w, jobs, results, queues, now)
+        # died (EOF) or hung: replace
+        elif w["jobs"] and (data == b"" or now >= w["deadline"]):
+            error = "timeout"
+            if data == b"":
+                error = "worker died"
+            i = w["jobs"].pop(0)
+            results[i] = _failed(error)
+            answered += 1
+            _replace(n, w, jobs, queues)
+    return answered
+
+
+def _answers(n, w, jobs, results, queues, now):
+    """Take the complete answer lines in zygote number n's buffer, one per job, in order. -> how
+    many."""
+    answered = 0
+    while b"\n" in w["buf"] and w["jobs"]:
+        line, w["buf"] = w["buf"].split(b"\n", 1)
+        i = w["jobs"].pop(0)
+        results[i], retire = _parse_answer(line, len(jobs[i].get("calls", ())))
+        answered += 1
+        # its clean-up failed: it has exited; the jobs behind go elsewhere
+        if retire:
+            _replace(n, w, jobs, queues)
+            break
+        # the zygote starts the next one now
+        if w["jobs"]:
+            timeout = float(jobs[w["jobs"][0]].get("timeout", 5.0))
+            w["deadline"] = now + timeout + GRACE_S
+    return answered
 
 
 def _replace(n, worker, jobs, queues):
@@ -924,15 +1108,14 @@ def _replace(n, worker, jobs, queues):
     _pool["workers"][n] = _hello(_start(worker["family"]))
 
 
-def _decode(line, calls):
+def _parse_answer(line, calls):
     """One answer line of a zygote -> (result dict, retire). The header (pid, retire, the child's
     CPU seconds from the kernel, wall seconds) is the zygote's; the rest is the child's line, which
     user code can write itself, so it is parsed as hostile: any parse error, wrong key, wrong type
     or a "values" list that is not one entry per call makes it a failed run ("malformed result"), of
     this job alone. The entries themselves are the caller's to check (verify.decode)."""
     head = line.split(b"\t", 4)
-    result = {"ok": False, "error": "malformed result", "stdout": "", "values": None, "pid": 0,
-              "cpu_s": 0.0, "wall_s": 0.0}
+    result = _failed("malformed result")
     try:
         result.update(pid=int(head[0]), cpu_s=float(head[2]), wall_s=float(head[3]))
         retire = head[1] == b"1"
@@ -984,8 +1167,10 @@ def layers():
 
 def shutdown():
     with _pool["lock"]:
-        for w in _pool["workers"] if _pool["pid"] == os.getpid() else ():
-            _stop(w)
+        # a forked copy of the process that started them leaves them alone
+        if _pool["pid"] == os.getpid():
+            for w in _pool["workers"]:
+                _stop(w)
         _pool.update(pid=None, workers=[])
 
 
