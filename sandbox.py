@@ -3,7 +3,7 @@ verify.py).
 
 API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:
 _evaluate, _job), decode(encoding) (encoding.py's), layers() (every layer, on or off, and why),
-seccomp_programs(), shutdown().
+zygotes(), seccomp_programs(), shutdown().
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs
 nothing) and ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm
@@ -1165,7 +1165,18 @@ def layers():
     return out
 
 
+def zygotes():
+    """The pool's zygotes, as started (starts none; empty before the first run):
+    [{"pid": the process the parent started, whose group holds the zygote and its children,
+    "family"}]."""
+    out = []
+    for w in _pool["workers"]:
+        out.append({"pid": w["proc"].pid, "family": w["family"]})
+    return out
+
+
 def shutdown():
+    """Stop the pool's zygotes and their children (also at exit); the next run starts new ones."""
     with _pool["lock"]:
         # a forked copy of the process that started them leaves them alone
         if _pool["pid"] == os.getpid():

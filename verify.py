@@ -504,7 +504,8 @@ def _validity(task, a, b):
     keys."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
-    if a["values"] != b["values"]:               # plain JSON data from both: == is safe
+    # plain JSON data from both: == is safe
+    if a["values"] != b["values"]:
         return {"reason": "non-deterministic: two runs with different hash seeds disagree"}
     first = _outputs(a)
     if task == "code_f" and len({text for text, _ in first}) < 2:
@@ -797,6 +798,58 @@ def complexity(program):
         if line.strip() and not line.strip().startswith("#"):
             loc += 1
     return {"ast_depth": depth, "cyclomatic": 1 + branches, "loc": loc, "variables": len(names)}
+
+
+# ------------------------------------------------------------------------------------------ AZR seeds
+
+
+def _literal(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def _seed_explanation(row, result):
+    """How an AZR seed row's recorded output is explained by its validate result: "reproduced",
+    "truncated" (AZR kept the first 200 + "..." + the last 200 chars), "recorded_empty" (AZR's
+    leaky status check stored '', azr.md §9.3), "hash_order" (set order changes with the hash seed:
+    our two-interpreter check rejects it), else "unexplained"."""
+    recorded = row["output"]
+    if result["valid"]:
+        same = result["output"] == recorded
+        if same or _literal(result["output"]) == _literal(recorded):
+            return "reproduced"
+    if "..." in recorded and len(recorded) == 403:
+        if not result["valid"] or result["output"][:200] == recorded[:200]:
+            return "truncated"
+    if recorded == "":
+        return "recorded_empty"
+    if result["reason"].startswith("non-deterministic"):
+        return "hash_order"
+    return "unexplained"
+
+
+def seed_tally(rows, results, rechecks=2):
+    """AZR seed rows ({"snippet"|"program", "input", "output"}) + their validate("code_o") results
+    -> (tally {explanation: count}, the unexplained rows with their results). A set-order-dependent
+    program can pass one check when the two hash seeds happen to agree; programs that would land in
+    "unexplained" are re-validated on freshly started zygotes (new seeds) `rechecks` times."""
+    keys = ["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"]
+    tally, odd = dict.fromkeys(keys, 0), []
+    for row, result in zip(rows, results):
+        program = row.get("snippet", row.get("program"))
+        key = _seed_explanation(row, result)
+        for _ in range(rechecks):
+            if key != "unexplained":
+                break
+            sandbox.shutdown()
+            result = validate("code_o", [{"program": program, "input": row["input"]}])[0]
+            key = _seed_explanation(row, result)
+        if key == "unexplained":
+            odd.append({"program": program, "input": row["input"], "result": result})
+        tally[key] += 1
+    return tally, odd
 
 
 # ------------------------------------------------------------------------------------- command line

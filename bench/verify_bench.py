@@ -12,7 +12,6 @@ unexplained, which should be 0). cpu_ms_per_validation counts this process, the 
 so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without ../shared.
 """
 import argparse
-import ast
 import json
 import os
 import statistics
@@ -28,49 +27,11 @@ import verify  # noqa: E402
 SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "azr_seeds", "7b_coder_seed_io.jsonl")
 
 
-def _literal(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
-
-
-def seed_tally(rows, results, rechecks=2):
-    """AZR seed rows ({"snippet"|"program", "input", "output"}) + validate results -> (tally dict,
-    unexplained). A set-order-dependent program can pass one check when the two hash seeds happen to
-    agree; programs that would land in "unexplained" are re-validated on freshly started zygotes
-    (new seeds) `rechecks` times."""
-    tally, odd = dict.fromkeys(["reproduced", "truncated", "hash_order", "recorded_empty", "unexplained"], 0), []
-    for row, r in zip(rows, results):
-        rec = row["output"]
-        for attempt in range(rechecks + 1):
-            if r["valid"] and (r["output"] == rec or _literal(r["output"]) == _literal(rec)):
-                key = "reproduced"
-            elif "..." in rec and len(rec) == 403 and (not r["valid"] or r["output"][:200] == rec[:200]):
-                key = "truncated"      # AZR kept first 200 + "..." + last 200 chars
-            elif rec == "":
-                key = "recorded_empty"  # AZR's leaky status check stored '' (azr.md §9.3)
-            elif r["reason"].startswith("non-deterministic"):
-                # set order changes with the hash seed: our two-interpreter check rejects it
-                key = "hash_order"
-            else:
-                key = "unexplained"
-                if attempt < rechecks:
-                    sandbox.shutdown()
-                    r = verify.validate("code_o", [{"program": row.get("snippet", row.get("program")),
-                                                    "input": row["input"]}])[0]
-                    continue
-                odd.append({"program": row.get("snippet", row.get("program")), "input": row["input"], "result": r})
-            break
-        tally[key] += 1
-    return tally, odd
-
-
 def pool_cpu_s():
     """CPU seconds so far of this process, the zygotes and their reaped children (all work done for us)."""
     total, tick = sum(os.times()[:2]), os.sysconf("SC_CLK_TCK")
-    for w in sandbox._pool["workers"]:
-        pids = [w["proc"].pid]
+    for zygote in sandbox.zygotes():
+        pids = [zygote["pid"]]
         # without root the zygote proper is the child of the process we started (a PID namespace's
         # init)
         try:
@@ -103,7 +64,7 @@ def main():
         results = verify.validate("code_o", proposals)
         rates.append(len(proposals) / (time.perf_counter() - start))
         cpu.append((pool_cpu_s() - cpu0) / len(proposals) * 1e3)
-    tally, odd = seed_tally(rows, results)
+    tally, odd = verify.seed_tally(rows, results)
 
     ok = [(p, r) for p, r in zip(proposals, results) if r["valid"]]
     problems = [dict(p, output=r["output"], gold=r["gold"]) for p, r in ok]

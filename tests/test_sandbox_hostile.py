@@ -369,7 +369,7 @@ def test_no_earlier_result_is_left_in_a_zygote(monkeypatch):
         # one more job: the zygote gives a result's pages back after sending it, before the next
         sandbox.run([{"code": "print(2)", "family": 0}])
         assert marker in res[0]["stdout"] and res[2]["ok"]
-        zygote = next(w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0)
+        zygote = next(z["pid"] for z in sandbox.zygotes() if z["family"] == 0)
         found = zygote_memory_contains(zygote, marker.encode())
     finally:
         sandbox.shutdown()

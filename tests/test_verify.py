@@ -14,7 +14,6 @@ import pytest
 
 import sandbox
 import verify
-from bench.verify_bench import seed_tally
 from conftest import ROOT, shared_path
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
@@ -331,7 +330,7 @@ def victims(tmp_path):
 
 def sandbox_children():
     """{zygote pid: number of its live children}; a zygote forks only for a job and reaps before it answers."""
-    zygotes = {w["proc"].pid for w in sandbox._pool["workers"]}
+    zygotes = {z["pid"] for z in sandbox.zygotes()}
     count = dict.fromkeys(zygotes, 0)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -399,7 +398,7 @@ def test_hostile_code_is_contained(victims, monkeypatch):
         assert len(r["stdout"]) <= sandbox.STDOUT_CAP and "hunter2" not in r["stdout"] + r["error"], name
         with pytest.raises(ProcessLookupError):           # the child that ran it is gone
             os.kill(r["pid"], 0)
-    assert elapsed < 2.0 * len(HOSTILE) / len(sandbox._pool["workers"]) + 10
+    assert elapsed < 2.0 * len(HOSTILE) / len(sandbox.zygotes()) + 10
     # KiB: parent memory bounded
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000
     assert all(open(v).read() == "intact" for v in victims) and not os.path.exists(new)
@@ -479,7 +478,7 @@ def test_batches_run_in_parallel_within_their_time_limits():
     elapsed = time.monotonic() - start
     assert all(r["reason"] == "error: timeout" for r in res)
     # 16 runs of 1 s, 4 at a time here
-    assert elapsed < 16 * 1.0 / len(sandbox._pool["workers"]) + 4
+    assert elapsed < 16 * 1.0 / len(sandbox.zygotes()) + 4
 
 
 # ----------------------------------------------------------------------------- the pool
@@ -497,7 +496,7 @@ def test_timeout_replaces_the_child_and_next_call_works():
 
 def test_dead_zygote_is_replaced():
     sandbox.layers()
-    victim = sandbox._pool["workers"][0]["proc"].pid
+    victim = sandbox.zygotes()[0]["pid"]
     os.killpg(victim, signal.SIGKILL)
     time.sleep(0.2)
     res = sandbox.run([{"code": "print(1)", "family": 0}] * 4)
@@ -508,7 +507,7 @@ def test_dead_zygote_is_replaced():
 def test_zygote_dying_mid_job_is_replaced():
     import threading
     sandbox.layers()
-    zygotes = [w["proc"].pid for w in sandbox._pool["workers"]]
+    zygotes = [z["pid"] for z in sandbox.zygotes()]
     threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in zygotes]).start()
     start = time.monotonic()
     res = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30}] * 2)
@@ -516,7 +515,7 @@ def test_zygote_dying_mid_job_is_replaced():
     assert sandbox.run([{"code": "print(7)"}])[0]["stdout"] == "7\n"
     assert not set(zygotes) & {pid for pid, _ in sandbox.layers()["workers"]}
     # a job queued behind a dying
-    family0 = [w["proc"].pid for w in sandbox._pool["workers"] if w["family"] == 0]
+    family0 = [z["pid"] for z in sandbox.zygotes() if z["family"] == 0]
     # one runs elsewhere
     threading.Timer(0.5, lambda: [os.killpg(pid, signal.SIGKILL) for pid in family0]).start()
     res = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30, "family": 0}] +
@@ -545,7 +544,7 @@ def test_families_have_different_hash_seeds_and_layers():
 def test_azr_seed_tally():
     rows = [json.loads(line) for line in open(shared_path("azr_seeds", "7b_coder_seed_io.jsonl"))]
     results = verify.validate("code_o", [{"program": r["snippet"], "input": r["input"]} for r in rows])
-    tally, odd = seed_tally(rows, results)
+    tally, odd = verify.seed_tally(rows, results)
     print("AZR seed tally:", json.dumps(tally))
     assert sum(tally.values()) == 256 and tally["truncated"] == 7 and tally["reproduced"] >= 240
     assert tally["unexplained"] == 0, odd
