@@ -14,6 +14,8 @@ proposal completed by the verifier:
     step       the step that made it (-1 for seeds)
     complexity {ast_depth, cyclomatic, loc, variables} (verify.complexity)
     cell       its cell of the coverage map
+    history    topup=leeps: recent top-up outcomes, 1 = its attempts' rewards varied (a learning
+               signal), 0 = they were all equal
 """
 import functools
 import json
@@ -31,7 +33,7 @@ IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whate
 # the coverage box: each complexity descriptor is divided by its maximum here and clipped to 1
 BOX = {"ast_depth": 20, "cyclomatic": 20, "loc": 60, "variables": 30}
 # bookkeeping keys of a problem that neither the verifier nor the prompts read
-BOOKKEEPING = ("step", "cell", "complexity")
+BOOKKEEPING = ("step", "cell", "complexity", "history")
 
 
 def read_seed_files(paths):
@@ -115,6 +117,85 @@ def pick_recent(problems, step, need, rng):
     for _ in range(need - len(picks)):
         picks.append(rng.choice(older))
     return picks
+
+
+def leeps_pick(problems, step, need, rng, embeddings, stats, neighbours=4):
+    """LEEPS-style top-up selection (topup=leeps; our reconstruction for code tasks in a population):
+    indices of `need` problems older than this step, drawn from two portfolios so that few picked
+    groups come back with identical rewards (no learning signal):
+    - exploit: problems whose recent top-ups gave rewards that varied; weight = that share;
+    - explore: the others; a problem never topped up is weighted by its representation-space
+      neighbours' share (the `neighbours` nearest problems with a history, cosine over `embeddings`
+      [len(problems), H]; 0.5 with none), one whose history is all-trivial by a small floor.
+    The budget splits by each portfolio's recent non-trivial ratio (`stats` {"exploit": [non-trivial,
+    groups], "explore": [...]}, Laplace-smoothed). Deterministic given rng."""
+    older = [i for i, p in enumerate(problems) if p["step"] < step]
+    if not older or need <= 0:
+        return []
+    exploit, explore = [], []
+    for i in older:
+        if any(problems[i].get("history", [])):
+            exploit.append(i)
+        else:
+            explore.append(i)
+    seen = [i for i in older if problems[i].get("history")]
+    weights = {}
+    for i in exploit:
+        history = problems[i]["history"]
+        weights[i] = max(sum(history) / len(history), 0.05)
+    for i in explore:
+        if problems[i].get("history"):
+            weights[i] = 0.05
+        elif seen:
+            others = embeddings[seen]
+            cosine = torch.nn.functional.cosine_similarity(others, embeddings[i][None, :], dim=1)
+            nearest = cosine.topk(min(neighbours, len(seen))).indices.tolist()
+            shares = [sum(problems[seen[k]]["history"]) / len(problems[seen[k]]["history"])
+                      for k in nearest]
+            weights[i] = max(sum(shares) / len(shares), 0.05)
+        else:
+            weights[i] = 0.5
+    rate = {}
+    for portfolio in ("exploit", "explore"):
+        hits, groups = stats[portfolio]
+        rate[portfolio] = (hits + 1) / (groups + 2)
+    from_exploit = round(need * rate["exploit"] / (rate["exploit"] + rate["explore"]))
+    from_exploit = min(from_exploit, len(exploit))
+    picks = weighted_sample(exploit, weights, from_exploit, rng)
+    picks += weighted_sample(explore, weights, min(need - len(picks), len(explore)), rng)
+    rest = [i for i in exploit if i not in picks]
+    picks += weighted_sample(rest, weights, min(need - len(picks), len(rest)), rng)
+    # fewer problems than the need: repeats, as pick_recent does
+    while len(picks) < need:
+        picks.append(rng.choice(older))
+    return picks
+
+
+def weighted_sample(items, weights, count, rng):
+    """`count` distinct items drawn with probability proportional to weights[item]."""
+    pool, picks = list(items), []
+    for _ in range(count):
+        k = rng.choices(range(len(pool)), [weights[i] for i in pool])[0]
+        picks.append(pool.pop(k))
+    return picks
+
+
+def record_outcomes(attempts, keep, stats):
+    """After rewards: each top-up group (one problem's attempts by one student) adds 1 to its problem's
+    history if its rewards varied, else 0 (the last `keep` are kept), and counts toward the portfolio
+    (exploit if the problem had a non-trivial outcome before) in `stats`."""
+    groups = {}
+    for a in attempts:
+        if a["proposal"] is None and a["reward"] is not None:
+            groups.setdefault((id(a["problem"]), a["student"]), []).append(a)
+    for group in groups.values():
+        problem = group[0]["problem"]
+        history = problem.get("history", [])
+        portfolio = "exploit" if any(history) else "explore"
+        varied = int(len({a["reward"] for a in group}) > 1)
+        stats[portfolio][0] += varied
+        stats[portfolio][1] += 1
+        problem["history"] = (history + [varied])[-keep:]
 
 
 @functools.lru_cache(maxsize=1)

@@ -89,10 +89,27 @@ def step_metrics(step, members, proposals, attempts, matches, problems, stats, c
         tokens = sum(s["tokens"][role] for s in stats.values())
         entropy = sum(s["entropy"][role] for s in stats.values())
         row[f"entropy/{role}"] = entropy / tokens if tokens else None
+    row.update(zero_variance(attempts))
     for child in children:
         row[f"evolve/{child['name']}/parents"] = child["parent_names"]
         row[f"evolve/{child['name']}/operator"] = child["operator"]
     return row
+
+
+def zero_variance(attempts):
+    """Share of attempt groups (one problem's attempts by one student) whose rewards were all equal:
+    no learning signal (TRR++ normalises within (member, role, task) groups, so such a group only
+    moves the others' baseline). Over all groups, and over top-up groups alone (what topup=leeps
+    chooses)."""
+    groups = {}
+    for a in attempts:
+        if a["reward"] is not None:
+            key = (id(a["problem"]), a["student"])
+            groups.setdefault(key, {"topup": a["proposal"] is None, "rewards": set()})
+            groups[key]["rewards"].add(a["reward"])
+    every = [len(g["rewards"]) == 1 for g in groups.values()]
+    topups = [len(g["rewards"]) == 1 for g in groups.values() if g["topup"]]
+    return {"groups/zero_variance": mean(every), "topup/zero_variance": mean(topups)}
 
 
 def sample_record(step, proposal, attempt):

@@ -301,6 +301,48 @@ def token_logprobs(model, name, prompt_ids, completion_ids, chunk=1024):
     return logp.view(B, T), mask, entropy.view(B, T)
 
 
+@contextlib.contextmanager
+def _base_only(model):
+    """Every adapter off inside the block. peft's disable_adapter re-enables the layers through
+    set_adapter, which turns requires_grad off for every non-active adapter: put the flags back (see
+    init_population)."""
+    try:
+        with model.disable_adapter():
+            yield
+    finally:
+        for n, p in model.named_parameters():
+            if adapter_of(n) is not None:
+                p.requires_grad_(True)
+
+
+def embed_texts(model, tokenizer, texts, batch_size=16):
+    """The frozen base's view of each text: its last hidden states, mean-pooled over the text's tokens,
+    with every adapter switched off. [len(texts), hidden] float32 on the CPU; deterministic (the base
+    never changes), so a resumed run recomputes the same vectors. Used by the related-systems options
+    (OpenSIR's novelty, LEEPS's neighbours)."""
+    base = model.get_base_model()
+    device = next(model.parameters()).device
+    rows = []
+    with torch.no_grad(), _base_only(model):
+        for start in range(0, len(texts), batch_size):
+            ids = [tokenizer(t, add_special_tokens=False)["input_ids"] or [0]
+                   for t in texts[start:start + batch_size]]
+            width = max(len(x) for x in ids)
+            input_ids = torch.zeros((len(ids), width), dtype=torch.long)
+            mask = torch.zeros((len(ids), width))
+            for i, x in enumerate(ids):
+                input_ids[i, :len(x)] = torch.tensor(x)
+                mask[i, :len(x)] = 1
+            hidden = base.get_decoder()(input_ids=input_ids.to(device),
+                                        attention_mask=mask.long().to(device)).last_hidden_state
+            mask = mask.to(device)[..., None]
+            pooled = (hidden.float() * mask).sum(1) / mask.sum(1)
+            rows.append(pooled.cpu())
+    if not rows:
+        return torch.zeros(0, base.config.hidden_size)
+    return torch.cat(rows)
+
+
 def completion_chunk(head, hidden, targets):
     """log pi(target) and the entropy (detached) for a chunk of completion tokens: hidden [n, H]
     -> [n], [n]. Logits in float32 for an exact log-softmax, for this chunk only."""

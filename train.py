@@ -99,6 +99,15 @@ config = dict(
     max_new_tokens=4096,            # tokens per response
     teacher_reward_unsolved=0.0,    # reward for a valid problem never solved (AZR code: -0.5)
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
+    # related systems (README "Variants"); the defaults are PopuLoRA's own
+    teacher_reward="populora",      # populora | opensir (novelty + learnable band) | soar (probe gain)
+    opensir_novelty_weight=0.5,     # OpenSIR: weight of novelty against the difficulty band term
+    opensir_band_low=0.2,           # OpenSIR: solve rates in [low, high] are fully "learnable"
+    opensir_band_high=0.8,          # OpenSIR: upper end of that band
+    opensir_neighbours=4,           # OpenSIR: archive problems novelty is measured against
+    soar_probe="",                  # SOAR: JSONL of hard probe problems (task + AZR seed fields)
+    topup="recent",                 # recent (AZR's mix) | leeps (explore/exploit over outcomes)
+    leeps_history=8,                # LEEPS: outcomes remembered per archive problem
     validate_timeout=5.0,           # seconds per sandboxed run
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
     unsafe_sandbox_without_filesystem_isolation=False,
@@ -170,9 +179,21 @@ def check_config(cfg, roles):
     if cfg["gpu_memory_gb"] < 0:
         raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
-                         ("dtype", ("", "float32", "bfloat16", "float16"))):
+                         ("dtype", ("", "float32", "bfloat16", "float16")),
+                         ("teacher_reward", ("populora", "opensir", "soar")),
+                         ("topup", ("recent", "leeps"))):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
+    if not 0 <= cfg["opensir_novelty_weight"] <= 1:
+        raise SystemExit(f"--opensir_novelty_weight {cfg['opensir_novelty_weight']}: must be in [0, 1]")
+    if not 0 < cfg["opensir_band_low"] <= cfg["opensir_band_high"] < 1:
+        raise SystemExit("--opensir_band_low/--opensir_band_high: need 0 < low <= high < 1")
+    if cfg["teacher_reward"] == "soar":
+        if cfg["baseline"]:
+            raise SystemExit("--teacher_reward soar needs separate teachers and students (not --baseline)")
+        if not os.path.isfile(cfg["soar_probe"]):
+            raise SystemExit(f"--soar_probe {cfg['soar_probe']!r}: not a file (JSON lines of hard "
+                             "problems: task + AZR seed fields)")
     for key, allowed in (("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
         if any(name.strip() not in allowed for name in cfg[key].split(",")):
             raise SystemExit(f"--{key} {cfg[key]!r}: expected names of {list(allowed)}")
@@ -254,6 +275,45 @@ def pg_loss(logp, mask, advantages, total_tokens):
     sum_i |y_i| over the member's WHOLE batch on all ranks, so micro-batch losses add up to the full
     loss (gradient accumulation needs no rescaling)."""
     return -(advantages[:, None] * logp * mask).sum() / max(total_tokens, 1)
+
+
+def band_difficulty(solve_rate, low, high):
+    """OpenSIR's calibrated difficulty [ours: a trapezoid]: 1 for a solve rate inside the learnable band
+    [low, high], falling linearly to 0 at p = 0 (never solved) and p = 1 (always solved)."""
+    if low <= solve_rate <= high:
+        return 1.0
+    if solve_rate < low:
+        return solve_rate / low
+    return (1.0 - solve_rate) / (1.0 - high)
+
+
+def novelty(vector, others, neighbours):
+    """OpenSIR's novelty: the mean cosine distance (1 - cos, halved into [0, 1]) from `vector` [H] to
+    its `neighbours` nearest rows of `others` [N, H]; 1 when there is nothing to compare with."""
+    if len(others) == 0:
+        return 1.0
+    cosine = torch.nn.functional.cosine_similarity(others, vector[None, :], dim=1)
+    nearest = cosine.topk(min(neighbours, len(others))).values
+    return float((1 - nearest).mean() / 2)
+
+
+def opensir_teacher_reward(valid, solve_rate, novel, cfg):
+    """teacher_reward=opensir: invalid -1; a valid problem pays (1 - w) x band_difficulty + w x its
+    novelty against the archive (w = opensir_novelty_weight)."""
+    if not valid:
+        return -1.0
+    weight = cfg["opensir_novelty_weight"]
+    band = band_difficulty(solve_rate, cfg["opensir_band_low"], cfg["opensir_band_high"])
+    return (1 - weight) * band + weight * novel
+
+
+def soar_teacher_reward(valid, improvement):
+    """teacher_reward=soar: invalid -1; every valid problem of a teacher shares its matched student's
+    change of pass rate on the hard probe set over this step's update (grounded in measured
+    progress, not a learnability proxy)."""
+    if not valid:
+        return -1.0
+    return improvement
 
 
 def match_outcome(solve_rate, draw_margin):
@@ -566,16 +626,23 @@ def validate(proposals, step, check):
     archive.describe([p["problem"] for p in proposals if p["valid"]])
 
 
-def pick_topups(matches, proposals, problems, step, cfg, rng):
+def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_stats=None):
     """Rank 0: for each match and task type, archive problems that top the student's batch up to
-    min_problems when its teacher made fewer valid ones (SPEC §4.4). {(match index, task): [index]}"""
+    min_problems when its teacher made fewer valid ones (SPEC §4.4): AZR's recent-first mix, or
+    LEEPS's explore/exploit portfolios (topup=leeps; `embed` maps programs to base embeddings).
+    {(match index, task): [index]}"""
     topups = {}
     for i, match in enumerate(matches):
         for task in verify.TASKS:
             made = [p for p in proposals if p["valid"] and p["teacher"] == match["teacher"]
                     and p["task"] == task]
             need = cfg["min_problems"] - len(made)
-            topups[(i, task)] = archive.pick_recent(problems[task], step, need, rng)
+            if cfg["topup"] == "leeps":
+                vectors = embed([p["program"] for p in problems[task]])
+                topups[(i, task)] = archive.leeps_pick(problems[task], step, need, rng, vectors,
+                                                       leeps_stats)
+            else:
+                topups[(i, task)] = archive.pick_recent(problems[task], step, need, rng)
     return topups
 
 
@@ -621,20 +688,92 @@ def grade(attempts, check):
         a["correct"] = a["answer"] is not None and bool(next(results)["correct"])
 
 
-def assign_rewards(proposals, attempts, cfg):
+def assign_rewards(proposals, attempts, cfg, novel=None):
     """SPEC §4.6. A response the engine could not generate gets no reward (and no update); so does
-    a valid problem none of whose attempts was generated."""
+    a valid problem none of whose attempts was generated. teacher_reward=opensir pays by
+    opensir_teacher_reward (`novel`: proposal index -> novelty); soar pays later (assign_soar)."""
     for a in attempts:
         a["reward"] = None
         if not a["gen"]["error"]:
             a["reward"] = student_reward(a["correct"], a["answer"] is not None)
-    for p in proposals:
+    for k, p in enumerate(proposals):
         graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
         p["solve_rate"] = logs.mean(graded) if p["valid"] else None
         p["reward"] = None
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
-        p["reward"] = teacher_reward(p["valid"], p["solve_rate"], cfg["teacher_reward_unsolved"])
+        if cfg["teacher_reward"] == "opensir":
+            p["reward"] = opensir_teacher_reward(p["valid"], p["solve_rate"], novel.get(k, 1.0), cfg)
+        elif cfg["teacher_reward"] == "populora":
+            p["reward"] = teacher_reward(p["valid"], p["solve_rate"], cfg["teacher_reward_unsolved"])
+
+
+def assign_soar(proposals, matches, gains):
+    """teacher_reward=soar, after the students' update: each proposal of a teacher gets
+    soar_teacher_reward with its matched student's probe gain (None when nothing was generated)."""
+    student_of = {m["teacher"]: m["student"] for m in matches}
+    for p in proposals:
+        if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
+            continue
+        p["reward"] = soar_teacher_reward(p["valid"], gains[student_of[p["teacher"]]])
+
+
+def novelty_of(proposals, problems, embed, neighbours, step):
+    """OpenSIR: proposal index -> novelty of each valid proposal's program against the archive
+    problems of its task type from before this step."""
+    novel = {}
+    for k, p in enumerate(proposals):
+        if not p["valid"]:
+            continue
+        older = [q["program"] for q in problems[p["task"]] if q["step"] < step]
+        vectors = embed(older + [p["problem"]["program"]])
+        novel[k] = novelty(vectors[-1], vectors[:-1], neighbours)
+    return novel
+
+
+def probe_pass_rates(students, probe, generate, check):
+    """SOAR: each student's greedy pass rate on the probe problems [(task, problem)], one batched
+    generation and one batched grading for all of them. {student name: rate}"""
+    requests = []
+    for name in students:
+        for task, problem in probe:
+            prompt = verify.student_prompt(task, archive.problem_core(problem))
+            requests.append((prompt, name))
+    outs = generate(requests, "probe", temperature=0.0)
+    jobs, owners = [], []
+    for k, out in enumerate(outs):
+        task, problem = probe[k % len(probe)]
+        answer = None if out["error"] else verify.parse_student(task, out["text"])
+        if answer is not None:
+            jobs.append((task, dict(archive.problem_core(problem), answer=answer)))
+            owners.append(k)
+    correct = [False] * len(outs)
+    for k, result in zip(owners, check(verify.grade, jobs)):
+        correct[k] = bool(result["correct"])
+    rates = {}
+    for n, name in enumerate(students):
+        rates[name] = logs.mean(correct[n * len(probe):(n + 1) * len(probe)])
+    return rates
+
+
+def load_probe(path, check):
+    """SOAR's probe set: JSON lines {"task", "snippet", "input"} or {"task", "snippet", "inputs",
+    "message"}, validated in the sandbox for their golds; invalid rows stop the run."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    jobs = []
+    for row in rows:
+        item = {"program": row["snippet"]}
+        if row["task"] == "code_f":
+            item.update(inputs=[str(x) for x in row["inputs"]], message=str(row["message"]))
+        else:
+            item["input"] = str(row["input"])
+        jobs.append((row["task"], item))
+    probe = []
+    for (task, item), result in zip(jobs, check(verify.validate, jobs)):
+        if not result["valid"]:
+            raise SystemExit(f"--soar_probe {path}: a {task} problem is not valid ({result['reason']})")
+        probe.append((task, archive.as_problem(item, result)))
+    return probe
 
 
 def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
@@ -737,14 +876,14 @@ def load_population(cfg, roles, dtype, device, checkpointing):
 
 def restore(resume, model, members, optimizers, rng, cfg):
     """Every rank reads the same checkpoint: weights, optimizer states, ratings, lineage and RNG
-    states in place. Returns (archive, the step to start at, the next member id)."""
+    states in place. Returns (archive, the step to start at, the next member id, the saved state)."""
     try:
         state, problems = population.load_checkpoint(resume, model, members, optimizers)
     except ValueError as e:
         raise SystemExit(f"--resume: {e}")
     version, internal, gauss = state["decisions_rng"]
     rng.setstate((version, tuple(internal), gauss))
-    return upgrade_archive(problems, cfg), state["step"], state["next_id"]
+    return upgrade_archive(problems, cfg), state["step"], state["next_id"], state
 
 
 def upgrade_archive(problems, cfg):
@@ -798,6 +937,12 @@ def main(cfg):
                              rank, world)
 
     times = dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
+    # the related-systems options' state: LEEPS's portfolio counts (checkpointed), SOAR's probe set
+    # and each student's last pass rate on it, keyed by (name, id): a child is measured afresh
+    leeps_stats = {"exploit": [0, 0], "explore": [0, 0]}
+    probe, probe_rates = [], {}
+    if cfg["teacher_reward"] == "soar":
+        probe = load_probe(cfg["soar_probe"], check)
     problems = None
     if not resume:
         # the seed archive before the (slow) model: a bad seed file fails fast
@@ -817,7 +962,20 @@ def main(cfg):
     optimizers = {m["name"]: make_optimizer(m["name"]) for m in members}
     start, next_id = 0, len(members)
     if resume:
-        problems, start, next_id = restore(resume, model, members, optimizers, rng, cfg)
+        problems, start, next_id, saved = restore(resume, model, members, optimizers, rng, cfg)
+        leeps_stats = saved.get("leeps_stats", leeps_stats)
+        probe_rates = {(name, i): rate for name, i, rate in saved.get("probe_rates", [])}
+    # the frozen base's embedding of a program, cached (recomputed after a resume: deterministic)
+    vectors = {}
+
+    def embed(programs):
+        missing = [p for p in dict.fromkeys(programs) if p not in vectors]
+        if missing:
+            for program, vector in zip(missing, population.embed_texts(model, tokenizer, missing)):
+                vectors[program] = vector
+        if not programs:
+            return torch.zeros(0, model.get_base_model().config.hidden_size)
+        return torch.stack([vectors[p] for p in programs])
     try:
         engine = engines.make_engine(cfg["engine"], folder, model, tokenizer, members,
                                      dict(cfg, dtype=dtype))
@@ -838,12 +996,12 @@ def main(cfg):
         # e.g. dropout: a function of (step, rank), also after a resume
         torch.manual_seed(derive_seed(cfg["seed"], step, rank, "torch"))
 
-        def generate(requests, purpose):
+        def generate(requests, purpose, temperature=cfg["temperature"]):
             # ONE batched call per phase, split over ranks; seeds reproducible after a resume
             seed = derive_seed(cfg["seed"], step, rank, purpose)
             with timed(times, "generate"):
                 return split_run(lambda share: engines.generate(
-                    engine, share, cfg["temperature"], cfg["top_p"], cfg["max_new_tokens"], seed),
+                    engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
         # ---- ALGO 9: evolution every evolve_every steps (SPEC §7), at the START of the step, so
@@ -875,20 +1033,52 @@ def main(cfg):
         # ---- ALGO 4: solve, with top-ups picked by rank 0
         topups = None
         if rank == 0:
-            topups = pick_topups(matches, proposals, problems, step, cfg, rng)
+            topups = pick_topups(matches, proposals, problems, step, cfg, rng, embed, leeps_stats)
         topups = broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
         # ---- ALGO 5: grade
         grade(attempts, check)
 
-        # ---- ALGO 6: rewards
-        assign_rewards(proposals, attempts, cfg)
+        # ---- ALGO 6: rewards (teacher_reward=opensir: novelty measured on rank 0, broadcast)
+        novel = None
+        if cfg["teacher_reward"] == "opensir":
+            if rank == 0:
+                novel = novelty_of(proposals, problems, embed, cfg["opensir_neighbours"], step)
+            novel = broadcast_object(novel, 0, world)
+        assign_rewards(proposals, attempts, cfg, novel)
+        if cfg["topup"] == "leeps":
+            archive.record_outcomes(attempts, cfg["leeps_history"], leeps_stats)
 
-        # ---- ALGO 7: update, then the engines generate with the new weights
+        # ---- ALGO 7: update, then the engines generate with the new weights. With
+        # teacher_reward=soar the students go first: their teachers are paid by the students'
+        # probe gain over this update
+        first = members
+        if cfg["teacher_reward"] == "soar":
+            first = students
+            # a student measured at the end of the last step is measured already (a new child is not)
+            unmeasured = [m["name"] for m in students if (m["name"], m["id"]) not in probe_rates]
+            if unmeasured:
+                before = probe_pass_rates(unmeasured, probe, generate, check)
+                for m in students:
+                    if m["name"] in before:
+                        probe_rates[(m["name"], m["id"])] = before[m["name"]]
         with timed(times, "train"):
-            stats = update(model, members, optimizers, proposals, attempts, cfg, rank, world)
-            engines.sync_adapters(engine, model, [m["name"] for m in members], 2 * step + 1)
+            stats = update(model, first, optimizers, proposals, attempts, cfg, rank, world)
+            engines.sync_adapters(engine, model, [m["name"] for m in first], 2 * step + 1)
+        if cfg["teacher_reward"] == "soar":
+            t_probe = time.time()
+            after = probe_pass_rates([m["name"] for m in students], probe, generate, check)
+            gains = {}
+            for m in students:
+                gains[m["name"]] = after[m["name"]] - probe_rates[(m["name"], m["id"])]
+                probe_rates[(m["name"], m["id"])] = after[m["name"]]
+            times["probe"] = time.time() - t_probe
+            assign_soar(proposals, matches, gains)
+            with timed(times, "train"):
+                stats.update(update(model, teachers, optimizers, proposals, attempts, cfg, rank,
+                                    world))
+                engines.sync_adapters(engine, model, [m["name"] for m in teachers], 2 * step + 1)
 
         # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair
         played = rate(matches, attempts, members, cfg)
@@ -898,7 +1088,9 @@ def main(cfg):
         if last or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):
             with timed(times, "checkpoint"):
                 if rank == 0:
-                    state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate())
+                    rates = [[name, i, rate] for (name, i), rate in probe_rates.items()]
+                    state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
+                                 leeps_stats=leeps_stats, probe_rates=rates)
                     population.save_checkpoint(cfg["out_dir"], step + 1, model, members, optimizers,
                                                state, problems)
                 if world > 1:
