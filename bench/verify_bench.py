@@ -2,14 +2,16 @@
 
   python bench/verify_bench.py [--repeats 5] [--naive 48]
 
-validations_per_s: verify.validate on all 256 seeds (each validation = two isolated runs in two separately
-started interpreters), median over --repeats batches with a warm pool. grades_per_s: verify.grade of the
-recorded outputs as code_o answers plus the inputs as code_i answers (one run each), median. naive_runs_per_s:
-the same programs run the naive way, a fresh `python -c` process per run, on the first --naive seeds, measured
-in the same run. ratio_vs_naive = validations_per_s / naive_runs_per_s. tally: how each seed's recorded output is
-explained (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic / recorded '' /
-unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their children,
-so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without ../shared.
+validations_per_s: verify.validate on all 256 seeds (each validation = two isolated runs in two
+separately started interpreters), median over --repeats batches with a warm pool. grades_per_s:
+verify.grade of the recorded outputs as code_o answers plus the inputs as code_i answers (one run
+each), median. naive_runs_per_s: the same programs run the naive way, a fresh `python -c` process
+per run, on the first --naive seeds, measured in the same run. ratio_vs_naive = validations_per_s /
+naive_runs_per_s. tally (verify.seed_tally): how each seed's recorded output is explained
+(reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic / recorded '' /
+unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their
+children, so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else
+uses would do. Falls back to tests/fixtures/verify_problems.jsonl without ../shared.
 """
 import argparse
 import json
@@ -28,7 +30,8 @@ SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "azr_seeds", "7b_coder_see
 
 
 def pool_cpu_s():
-    """CPU seconds so far of this process, the zygotes and their reaped children (all work done for us)."""
+    """CPU seconds so far of this process, the zygotes and their reaped children (all work done for
+    us)."""
     total, tick = sum(os.times()[:2]), os.sysconf("SC_CLK_TCK")
     for zygote in sandbox.zygotes():
         pids = [zygote["pid"]]
@@ -51,12 +54,16 @@ def pool_cpu_s():
 def main():
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--naive", type=int, default=48, help="seeds run the naive way (a process per run)")
+    parser.add_argument("--naive", type=int, default=48,
+                        help="seeds run the naive way (a process per run)")
     args = parser.parse_args()
-    path = SEEDS if os.path.exists(SEEDS) else os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
+    path = SEEDS
+    if not os.path.exists(SEEDS):
+        path = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
     rows = [json.loads(line) for line in open(path)]
     proposals = [{"program": r.get("snippet", r.get("program")), "input": r["input"]} for r in rows]
-    layers = sandbox.layers()                                # starts the pool (not timed)
+    # starts the pool (not timed)
+    layers = sandbox.layers()
 
     rates, cpu, results = [], [], None
     for _ in range(args.repeats):
@@ -86,14 +93,22 @@ def main():
     naive_rate = len(naive) / (time.perf_counter() - start)
 
     validations = statistics.median(rates)
+    cpu_ms = statistics.median(cpu)
     print(json.dumps({
-        "validations_per_s": round(validations, 1), "grades_per_s": round(statistics.median(grade_rates), 1),
-        "naive_runs_per_s": round(naive_rate, 1), "ratio_vs_naive": round(validations / naive_rate, 1),
-        "cpu_ms_per_validation": round(statistics.median(cpu), 2),
-        "idle_estimate_validations_per_s": round(os.cpu_count() * 1e3 / statistics.median(cpu)),
-        "seeds": len(rows), "tally": tally, "unexplained": odd[:3], "gold_answers_correct": f"{correct}/{2 * len(ok)}",
-        "validation_rates": [round(r, 1) for r in rates], "workers": len(layers["workers"]),
-        "layers": {k: v for k, v in layers.items() if isinstance(v, bool)}, "loadavg_1m": os.getloadavg()[0]}))
+        "validations_per_s": round(validations, 1),
+        "grades_per_s": round(statistics.median(grade_rates), 1),
+        "naive_runs_per_s": round(naive_rate, 1),
+        "ratio_vs_naive": round(validations / naive_rate, 1),
+        "cpu_ms_per_validation": round(cpu_ms, 2),
+        "idle_estimate_validations_per_s": round(os.cpu_count() * 1e3 / cpu_ms),
+        "seeds": len(rows),
+        "tally": tally,
+        "unexplained": odd[:3],
+        "gold_answers_correct": f"{correct}/{2 * len(ok)}",
+        "validation_rates": [round(r, 1) for r in rates],
+        "workers": len(layers["workers"]),
+        "layers": {k: v for k, v in layers.items() if isinstance(v, bool)},
+        "loadavg_1m": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

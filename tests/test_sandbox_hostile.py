@@ -188,7 +188,10 @@ def test_parent_side_equality_table():
     ]
     code = ("from collections import Counter, OrderedDict, deque, defaultdict\n"
             "from fractions import Fraction\nfrom decimal import Decimal\n")
-    exprs = [e for g, v, _ in cases for e in (g, v)]
+    # each case's two expressions, one after the other
+    exprs = []
+    for gold, value, _ in cases:
+        exprs += [gold, value]
     job = {"code": code, "imports": code, "mode": "encode"}
     jobs = [dict(job, calls=[f"(\n{e}\n)"]) for e in exprs]
     runs = sandbox.run(jobs)

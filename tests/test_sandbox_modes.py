@@ -100,7 +100,9 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     python = python_for(mode)
     if python is None:
         pytest.skip(f"no Python 3.10+ that uid {NOBODY} can run (the one here lives under /root)")
-    uid = NOBODY if mode == "unprivileged" else 0
+    uid = 0
+    if mode == "unprivileged":
+        uid = NOBODY
     folders, paths = secrets(tree, uid)
     public = tempfile.mkdtemp(prefix="populora-public-", dir=os.path.dirname(folders[-1]))
     os.chmod(public, 0o777)

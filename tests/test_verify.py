@@ -1,5 +1,6 @@
 """verify.py + sandbox.py: prompts, parsers, validity, grading, complexity, CLI, hostile code, the
 worker pool, and the AZR seed tally (real data, skipped without ../shared)."""
+import hashlib
 import json
 import os
 import resource
@@ -32,13 +33,16 @@ def test_teacher_prompts():
     refs = PROBLEMS[:6]
     for task in ("code_i", "code_o"):
         p = verify.teacher_prompt(task, refs)
-        assert p.startswith("A conversation between User and Assistant.") and p.endswith("\nAssistant: <think>")
+        assert p.startswith("A conversation between User and Assistant.")
+        assert p.endswith("\nAssistant: <think>")
         assert p.count("<snippet_") == 6 and p.count("```output") == 6 and refs[3]["program"] in p
-        assert "Reference code snippets" in p and "subprocess" in p   # banned words listed
+        # banned words listed
+        assert "Reference code snippets" in p and "subprocess" in p
     assert "must work out the input." in verify.teacher_prompt("code_i", [])
     assert "must work out the output." in verify.teacher_prompt("code_o", [])
     p = verify.teacher_prompt("code_f", [], PROBLEMS[0]["program"])
-    assert PROBLEMS[0]["program"] + "\nf(<|YOUR INPUT WILL BE PLUGGED HERE|>)" in p and "```message" in p
+    assert PROBLEMS[0]["program"] + "\nf(<|YOUR INPUT WILL BE PLUGGED HERE|>)" in p
+    assert "```message" in p
 
 
 def test_student_prompts_show_half_of_code_f():
@@ -48,30 +52,61 @@ def test_student_prompts_show_half_of_code_f():
     assert "```input_4\n4\n```" in p and "'out4'" in p and "input_5" not in p and "'out5'" not in p
     assert "def f(x)" not in p and p.endswith("Assistant: <think>")
     p = verify.student_prompt("code_o", PROBLEMS[0])
-    assert PROBLEMS[0]["program"] in p and PROBLEMS[0]["input"] in p and PROBLEMS[0]["output"] not in p
+    assert PROBLEMS[0]["program"] in p and PROBLEMS[0]["input"] in p
+    assert PROBLEMS[0]["output"] not in p
     p = verify.student_prompt("code_i", PROBLEMS[0])
     assert PROBLEMS[0]["output"] in p and "```input\n" not in p
+
+
+def test_prompt_text_is_unchanged():
+    """A warm-started model was trained on these prompts word for word (prompts.py): a change to
+    their text must be deliberate, and this hash updated with it. Every task type's teacher and
+    student prompt, with sentinel fields."""
+    x = "\x00"
+    texts = []
+    for task in ("code_i", "code_o"):
+        texts.append(verify.teacher_prompt(task, [{"program": x, "input": x, "output": x}] * 2))
+        texts.append(verify.student_prompt(task, {"program": x, "input": x, "output": x}))
+    texts.append(verify.teacher_prompt("code_f", [], x))
+    code_f = {"program": x, "inputs": [x] * 4, "outputs": [x] * 4, "message": x}
+    texts.append(verify.student_prompt("code_f", code_f))
+    digest = hashlib.sha256("\x01".join(texts).encode()).hexdigest()
+    assert digest == "24669953c968f180c2d5619efbbd598cf81cf9b9faeba1292ac7aeebea6e7b38"
 
 
 # ----------------------------------------------------------------------------- parsers
 
 PY, INP = "```python\ndef f(x):\n    return x\n```", "```input\n1, 2\n```"
+IDENTITY = "def f(x):\n    return x"
+
+
+def input_fences(n):
+    """n `input` fences holding 0, 1, ..., n - 1."""
+    return "".join(f"```input\n{k}\n```\n" for k in range(n))
+
+
 TEACHER_CASES = [
-    ("code_o", think(f"{PY}\n{INP}"), {"program": "def f(x):\n    return x", "input": "1, 2"}),
-    ("code_o", think(f"```\ndef g(x):\n    return x\n```\n{INP}\n```python\nother\n```\n```input\n3\n```"),
-     # first fences win
+    ("code_o", think(f"{PY}\n{INP}"), {"program": IDENTITY, "input": "1, 2"}),
+    # first fences win
+    ("code_o", think(f"```\ndef g(x):\n    return x\n```\n{INP}\n```python\nother\n```\n"
+                     "```input\n3\n```"),
      {"program": "def g(x):\n    return x", "input": "1, 2"}),
-    ("code_i", think(f"{PY}\n```input\n[1,\n 2]\n```"), {"program": "def f(x):\n    return x", "input": "[1,\n 2]"}),
-    ("code_o", think(PY), None),                                                  # no input fence
+    ("code_i", think(f"{PY}\n```input\n[1,\n 2]\n```"), {"program": IDENTITY, "input": "[1,\n 2]"}),
+    # no input fence
+    ("code_o", think(PY), None),
     ("code_o", f" no closing think <answer>{PY}{INP}</answer>", None),
-    ("code_o", f" </think> {PY}{INP}", None),                                     # no answer tags
-    ("code_o", f" </think><answer>{PY}{INP}", None),                              # truncated
-    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(12)) + "```message\nadds one\n```"),
-     {"inputs": [str(k) for k in range(2, 12)], "message": "adds one"}),         # last 10 kept
-    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(10)) + "<message>tag form</message>"),
+    # no answer tags
+    ("code_o", f" </think> {PY}{INP}", None),
+    # truncated
+    ("code_o", f" </think><answer>{PY}{INP}", None),
+    # the last 10 kept
+    ("code_f", think(input_fences(12) + "```message\nadds one\n```"),
+     {"inputs": [str(k) for k in range(2, 12)], "message": "adds one"}),
+    ("code_f", think(input_fences(10) + "<message>tag form</message>"),
      {"inputs": [str(k) for k in range(10)], "message": "tag form"}),
-    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(9)) + "```message\nm\n```"), None),
-    ("code_f", think("".join(f"```input\n{k}\n```\n" for k in range(10))), None),  # no message
+    ("code_f", think(input_fences(9) + "```message\nm\n```"), None),
+    # no message
+    ("code_f", think(input_fences(10)), None),
 ]
 
 
@@ -81,16 +116,19 @@ def test_parse_teacher(task, response, expected):
 
 
 STUDENT_CASES = [
-    ("code_o", think("```output\n1\n```\n```output\n[2, 3]\n```"), "[2, 3]"),    # last fence
+    # the last fence
+    ("code_o", think("```output\n1\n```\n```output\n[2, 3]\n```"), "[2, 3]"),
     # whole answer as fallback
     ("code_o", think("  'abc'  "), "'abc'"),
     ("code_i", think("```input\n'a',\n'b'\n```"), "'a',\n'b'"),
     ("code_i", think(""), None),
-    ("code_f", think("```python\ndef f(x): return 1\n```\ntext\n```python\ndef f(x):\n    return 2\n```"),
+    ("code_f", think("```python\ndef f(x): return 1\n```\ntext\n"
+                     "```python\ndef f(x):\n    return 2\n```"),
      "def f(x):\n    return 2"),
     # code_f needs a fence
     ("code_f", think("def f(x): return 1"), None),
-    ("code_o", "<answer>1</answer>", None),                                        # no </think>
+    # no </think>
+    ("code_o", "<answer>1</answer>", None),
     ("code_o", None, None),
 ]
 
@@ -104,16 +142,21 @@ def test_parse_student(task, response, expected):
 
 
 def test_fixture_problems_reproduce_and_normalise():
-    res = verify.validate("code_o", [{"program": p["program"], "input": p["input"]} for p in PROBLEMS])
+    proposals = [{"program": p["program"], "input": p["input"]} for p in PROBLEMS]
+    res = verify.validate("code_o", proposals)
     assert [r["reason"] for r in res] == ["valid"] * len(PROBLEMS)
     assert [r["output"] for r in res] == [p["output"] for p in PROBLEMS]
-    renamed = res[6]["program"]                        # `def solve` -> `def f`, layout kept
-    assert renamed.startswith("def f(grid):") and renamed.count("\n") == PROBLEMS[6]["program"].count("\n")
+    # `def solve` -> `def f`, layout kept
+    renamed = res[6]["program"]
+    assert renamed.startswith("def f(grid):")
+    assert renamed.count("\n") == PROBLEMS[6]["program"].count("\n")
 
 
 LOOP = "def f(x):\n    while True:\n        pass"
-VALIDITY_CASES = [   # (program, input, valid, reason fragment)
-    ("def g(x):\n    return g2(x)\ndef g2(y):\n    return y", "1", False, "several top-level functions"),
+# (program, input, valid, reason fragment)
+VALIDITY_CASES = [
+    ("def g(x):\n    return g2(x)\ndef g2(y):\n    return y", "1", False,
+     "several top-level functions"),
     ("def f(x):\n    f = 3\n    return x", "1", True, "valid"),
     ("def g(x):\n    f = 3\n    return x", "1", False, "name f is already used"),
     ("x = 1", "1", False, "no top-level function"),
@@ -128,38 +171,48 @@ VALIDITY_CASES = [   # (program, input, valid, reason fragment)
     ("def f(x):\n    return ().__class__.__bases__[0]", "1", False, "banned attribute"),
     ("def f(x):\n    return getattr(f, '__glob' + 'als__')", "1", False, "needs a constant"),
     ("def f(x):\n    return '{0.__globals__}'.format(f)", "1", False, "banned name in a string"),
-    ("import collections\ndef f(x):\n    collections.Counter.__eq__ = None\n    return x", "1", False, "imported"),
-    ("from collections import Counter\ndef f(x):\n    Counter.update = None\n    return x", "1", False, "imported"),
+    ("import collections\ndef f(x):\n    collections.Counter.__eq__ = None\n    return x", "1",
+     False, "imported"),
+    ("from collections import Counter\ndef f(x):\n    Counter.update = None\n    return x", "1",
+     False, "imported"),
     ("def f(x):\n    return x", "'abcdefgh'", True, "valid"),
     ("def f(x):\n    return len('abcdefgh') + len(x)", "'abcdefgh'", False, "verbatim"),
     ("def f(x):\n    return 1 / x", "0", False, "ZeroDivisionError"),
     ("def f(x):\n    return [x] * 3000", "1", False, "at most 2000"),
     ("def f(x):\n    return float('nan')", "1", False, "does not evaluate back (NameError"),
     ("def f(x):\n    return object()", "1", False, "not a plain value"),
-    ("class A:\n    def __repr__(self):\n        return '1'\ndef f(x):\n    return A()", "1", False, "plain value"),
-    ("class A:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f(x):\n    return A()", "1", False,
-     "RuntimeError"),
-    ("def f(x):\n    return {'kiwi', 'fig', 'plum', 'pear', 'lime', 'date', 'yuzu', 'sloe'}", "1", False,
-     "non-deterministic"),
+    ("class A:\n    def __repr__(self):\n        return '1'\ndef f(x):\n    return A()", "1", False,
+     "plain value"),
+    ("class A:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f(x):\n"
+     "    return A()", "1", False, "RuntimeError"),
+    ("def f(x):\n    return {'kiwi', 'fig', 'plum', 'pear', 'lime', 'date', 'yuzu', 'sloe'}", "1",
+     False, "non-deterministic"),
     ("def f(x):\n    return sorted({'kiwi', 'fig', 'plum', 'pear', 'lime'})", "1", True, "valid"),
     # no call-text injection
     ("def f(x):\n    return x", "1), (2", False, "not an argument list"),
     ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
-    ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False, "banned attribute"),
+    ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False,
+     "banned attribute"),
     ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "banned import: posix"),
-    ("import timeit\ndef f(x):\n    return timeit.timeit('1', number=1)", "1", False, "banned import: timeit"),
-    ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),         # multi-line input
-    ("import codecs\ndef f(x):\n    return getattr(getattr(codecs, 'sys'), 'modules')", "1", False, "allowed attribute"),
-    ("import codecs\ndef f(x):\n    return codecs.open('y', 'w')", "1", False, "banned attribute: open"),
+    ("import timeit\ndef f(x):\n    return timeit.timeit('1', number=1)", "1", False,
+     "banned import: timeit"),
+    # a multi-line input
+    ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),
+    ("import codecs\ndef f(x):\n    return getattr(getattr(codecs, 'sys'), 'modules')", "1", False,
+     "allowed attribute"),
+    ("import codecs\ndef f(x):\n    return codecs.open('y', 'w')", "1", False,
+     "banned attribute: open"),
 ]
 
 
 def test_validity_table():
-    res = verify.validate("code_o", [{"program": p, "input": i} for p, i, _, _ in VALIDITY_CASES], timeout=2.0)
+    proposals = [{"program": p, "input": i} for p, i, _, _ in VALIDITY_CASES]
+    res = verify.validate("code_o", proposals, timeout=2.0)
     for (program, inp, valid, reason), r in zip(VALIDITY_CASES, res):
         assert (r["valid"], reason in r["reason"]) == (valid, True), (program, inp, r)
         assert (r["output"] is None) == (not valid)
-    assert res[[i for _, i, _, _ in VALIDITY_CASES].index("[1,\n 2],\n[3]")]["output"] == "[1, 2, 3]"
+    multi_line = [i for _, i, _, _ in VALIDITY_CASES].index("[1,\n 2],\n[3]")
+    assert res[multi_line]["output"] == "[1, 2, 3]"
 
 
 def test_validate_bad_requests_never_raise():
@@ -176,7 +229,8 @@ def test_code_f_validity():
              (dict(base, inputs=["3"] * 10), False, "2 distinct"),
              (dict(base, inputs=inputs[:9]), False, "need 10"),
              (dict(base, inputs=inputs[:9] + ["'a'"]), False, "TypeError"),
-             (dict(base, inputs=inputs, message="def f(x):\n    return x % 3"), False, "contains the program"),
+             (dict(base, inputs=inputs, message="def f(x):\n    return x % 3"), False,
+              "contains the program"),
              (dict(base, inputs=inputs, message=" "), False, "empty")]
     res = verify.validate("code_f", [c for c, _, _ in cases])
     for (_, valid, reason), r in zip(cases, res):
@@ -186,16 +240,20 @@ def test_code_f_validity():
 
 # ----------------------------------------------------------------------------- grading
 
-ALWAYS_EQ = "class E:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\ndef f(x):\n    return E()"
+ALWAYS_EQ = ("class E:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\n"
+             "def f(x):\n    return E()")
 CODE_O = {"program": "def f(x):\n    return [x, x * 2]", "input": "3", "output": "[3, 6]"}
-COUNTER = {"program": "from collections import Counter\ndef f(s):\n    return Counter(s)", "input": "'aab'",
-           "output": "Counter({'a': 2, 'b': 1})"}
-GRADE_CASES = [   # (task, attempt, correct)
+COUNTER = {"program": "from collections import Counter\ndef f(s):\n    return Counter(s)",
+           "input": "'aab'", "output": "Counter({'a': 2, 'b': 1})"}
+# (task, attempt, correct)
+GRADE_CASES = [
     ("code_o", dict(CODE_O, answer="[3, 6]"), True),
-    ("code_o", dict(CODE_O, answer="[3.0, 6]"), True),                           # Python ==, as AZR
+    # Python ==, as AZR
+    ("code_o", dict(CODE_O, answer="[3.0, 6]"), True),
     ("code_o", dict(CODE_O, answer="[3,\n 6]"), True),
     ("code_o", dict(CODE_O, answer="[3, 7]"), False),
-    ("code_o", dict(CODE_O, answer="f(3)"), False),                              # f is not in scope
+    # f is not in scope
+    ("code_o", dict(CODE_O, answer="f(3)"), False),
     ("code_o", dict(CODE_O, answer="type('E', (), {'__eq__': lambda s, o: True})()"), False),
     ("code_o", dict(CODE_O, answer="__import__('os')"), False),
     ("code_o", dict(CODE_O, answer=None), False),
@@ -214,7 +272,8 @@ F_ATTEMPT = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k i
              "outputs": [str(2 * k) for k in range(10)], "message": "doubles"}
 GRADE_CASES += [
     ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return x + x"), True),
-    ("code_f", dict(F_ATTEMPT, answer="def double(y):\n    return 2 * y"), True),   # renamed to f
+    # renamed to f
+    ("code_f", dict(F_ATTEMPT, answer="def double(y):\n    return 2 * y"), True),
     # fails hidden half
     ("code_f", dict(F_ATTEMPT, answer="def f(x):\n    return 2 * x if x < 5 else 0"), False),
     # shown half unchecked
@@ -224,7 +283,8 @@ GRADE_CASES += [
     ("code_f", dict(F_ATTEMPT, answer="class I(int):\n    def __eq__(s, o):\n        return True\n"
                                       "def f(x):\n    return I(0)"), False),
     ("code_f", dict(F_ATTEMPT, answer="import os\ndef f(x):\n    return 2 * x"), False),
-    ("code_f", dict(F_ATTEMPT, answer="from unittest.mock import ANY\ndef f(x):\n    return ANY"), False),
+    ("code_f", dict(F_ATTEMPT, answer="from unittest.mock import ANY\ndef f(x):\n    return ANY"),
+     False),
 ]
 
 
@@ -241,7 +301,10 @@ def test_grade_table():
         res = verify.grade(task, with_golds(task, [a for a, _ in cases]), timeout=2.0)
         for (attempt, correct), r in zip(cases, res):
             assert r["correct"] == correct, (task, attempt.get("answer"), r)
-            assert r["reason"] == "correct" if correct else r["reason"] != "correct"
+            if correct:
+                assert r["reason"] == "correct"
+            else:
+                assert r["reason"] != "correct"
 
 
 def test_grade_answer_bombs_are_bounded():
@@ -254,7 +317,8 @@ def test_grade_answer_bombs_are_bounded():
 
 
 def test_grade_bad_requests():
-    res = verify.grade("code_f", [{"inputs": ["1"], "outputs": ["1"], "answer": "def f(x): return x"}, None])
+    short = {"inputs": ["1"], "outputs": ["1"], "answer": "def f(x): return x"}
+    res = verify.grade("code_f", [short, None])
     assert all(r["reason"].startswith("bad request") and not r["correct"] for r in res)
 
 
@@ -262,11 +326,14 @@ def test_grade_bad_requests():
 
 
 def test_complexity():
-    program = ("def f(xs, k):\n    # comment\n    total = 0\n    for x in xs:\n        if x > k and x % 2:\n"
-               "            total += x\n\n    return [y for y in xs if y] or total\n")
-    assert verify.complexity(program) == {"ast_depth": 7, "cyclomatic": 1 + 1 + 1 + 1 + 2 + 1, "loc": 6,
+    program = ("def f(xs, k):\n    # comment\n    total = 0\n    for x in xs:\n"
+               "        if x > k and x % 2:\n            total += x\n\n"
+               "    return [y for y in xs if y] or total\n")
+    cyclomatic = 1 + 1 + 1 + 1 + 2 + 1
+    assert verify.complexity(program) == {"ast_depth": 7, "cyclomatic": cyclomatic, "loc": 6,
                                           "variables": 5}
-    assert verify.complexity("def f(:") == {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
+    zero = {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
+    assert verify.complexity("def f(:") == zero
     deep = "def f(x):\n    return " + "[" * 150 + "x" + "]" * 150
     assert verify.complexity(deep)["ast_depth"] > 150
 
@@ -275,28 +342,32 @@ def test_complexity():
 
 
 def run_cli(args, lines):
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "verify.py"), *args], input="\n".join(lines) + "\n",
-                          capture_output=True, text=True, timeout=60)
+    command = [sys.executable, os.path.join(ROOT, "verify.py"), *args]
+    proc = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 def test_cli_validate_and_grade():
-    lines = [json.dumps({"program": PROBLEMS[1]["program"], "input": PROBLEMS[1]["input"]}), "{not json",
+    lines = [json.dumps({"program": PROBLEMS[1]["program"], "input": PROBLEMS[1]["input"]}),
+             "{not json",
              json.dumps({"program": "def f(x): return x"}), json.dumps(["a list"]),
              json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})]
     out = run_cli(["validate", "--task", "code_o"], lines)
     assert out[0] == {"valid": True, "reason": "valid", "output": PROBLEMS[1]["output"],
                       "gold": out[0]["gold"]}
     assert verify.decode(out[0]["gold"]) == eval(PROBLEMS[1]["output"])
-    assert [o["valid"] for o in out] == [True, False, False, False, True] and out[4]["output"] == "2"
+    assert [o["valid"] for o in out] == [True, False, False, False, True]
+    assert out[4]["output"] == "2"
     assert all(o["reason"].startswith("bad request") and o["output"] is None for o in out[1:4])
     graded = with_golds("code_f", [dict(F_ATTEMPT, answer="def f(x):\n    return x * 2"),
                                    dict(F_ATTEMPT, answer="def f(x): return 0")])
     lines = [json.dumps(graded[0]), "[", json.dumps(graded[1])]
     out = run_cli(["grade", "--task", "code_f"], lines)
-    assert [o["correct"] for o in out] == [True, False, False] and set(out[0]) == {"correct", "reason"}
-    out = run_cli(["validate", "--task", "code_f"], [json.dumps(dict(F_ATTEMPT, inputs=F_ATTEMPT["inputs"]))])
+    assert [o["correct"] for o in out] == [True, False, False]
+    assert set(out[0]) == {"correct", "reason"}
+    out = run_cli(["validate", "--task", "code_f"], [json.dumps(F_ATTEMPT)])
     assert out == [{"valid": True, "reason": "valid", "outputs": F_ATTEMPT["outputs"],
                     "gold": out[0]["gold"]}]
 
@@ -304,18 +375,24 @@ def test_cli_validate_and_grade():
 # ----------------------------------------------------------------------------- hostile code
 
 def visible_dir():
-    """A folder the test can write and the sandbox children can see (not hidden, not a private tmpfs)."""
+    """A folder the test can write and the sandbox children can see (not hidden, not a private
+    tmpfs)."""
     hidden = sandbox.layers()["hidden_dirs"] + ["/tmp", "/var/tmp", "/dev/shm", "/run/lock"]
     for d in ("/run", "/var/lib", "/opt", "/srv", "/mnt"):
-        if os.path.isdir(d) and os.access(d, os.W_OK) and not any((d + "/").startswith(h + "/") for h in hidden):
+        if not os.path.isdir(d) or not os.access(d, os.W_OK):
+            continue
+        if not any((d + "/").startswith(h + "/") for h in hidden):
             return d
     return None
 
 
 @pytest.fixture
 def victims(tmp_path):
-    """World-writable victim files in tmp_path and in a folder the children can see; removed afterwards."""
-    folders = [str(tmp_path)] + ([tempfile.mkdtemp(dir=visible_dir())] if visible_dir() else [])
+    """World-writable victim files in tmp_path and in a folder the children can see; removed
+    afterwards."""
+    folders = [str(tmp_path)]
+    if visible_dir():
+        folders.append(tempfile.mkdtemp(dir=visible_dir()))
     files = []
     for d in folders:
         os.chmod(d, 0o777)
@@ -329,7 +406,8 @@ def victims(tmp_path):
 
 
 def sandbox_children():
-    """{zygote pid: number of its live children}; a zygote forks only for a job and reaps before it answers."""
+    """{zygote pid: number of its live children}; a zygote forks only for a job and reaps before it
+    answers."""
     zygotes = {z["pid"] for z in sandbox.zygotes()}
     count = dict.fromkeys(zygotes, 0)
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -346,8 +424,10 @@ def sandbox_children():
 HOSTILE = [
     ("infinite loop", "while True:\n    pass", "timeout"),
     ("fork bomb", "import os\nwhile True:\n    os.fork()", "NoneType"),
-    ("raw fork", "import ctypes\nlibc = ctypes.CDLL(None)\nassert all(libc.fork() == -1 for _ in range(50))", "ok"),
-    ("threads", "import threading\nthreading.Thread(target=print).start()", "can't start new thread"),
+    ("raw fork", "import ctypes\nlibc = ctypes.CDLL(None)\n"
+     "assert all(libc.fork() == -1 for _ in range(50))", "ok"),
+    ("threads", "import threading\nthreading.Thread(target=print).start()",
+     "can't start new thread"),
     # load-dependent
     ("memory bomb", "x = []\nwhile True:\n    x.append(' ' * 10**6)", "MemoryError|timeout"),
     ("9**9**9", "x = 9**9**9", "timeout"),
@@ -355,28 +435,35 @@ HOSTILE = [
     ("write file", "open('{victim}', 'w').write('pwned')", "contained"),
     ("write new file", "open('{new}', 'w').write('pwned')", "contained"),
     ("delete file", "import os\nos.remove('{victim}')", "contained"),
-    ("unlink via ctypes", "import ctypes\nassert ctypes.CDLL(None).unlink(b'{victim}') == -1", "ok"),
-    ("env var", "import os\nassert 'POPULORA_SECRET' not in str(dict(os.environ))\nprint(sorted(os.environ))", "ok"),
+    ("unlink via ctypes", "import ctypes\nassert ctypes.CDLL(None).unlink(b'{victim}') == -1",
+     "ok"),
+    ("env var", "import os\nassert 'POPULORA_SECRET' not in str(dict(os.environ))\n"
+     "print(sorted(os.environ))", "ok"),
     ("parent env", "import os\nprint(open('/proc/%d/environ' % os.getppid()).read())", "contained"),
     ("read outside", "print(open('{repo}/verify.py').read())", "Error"),
     ("read root-only", "print(open('/etc/shadow').read())", "Error"),
     ("socket", "import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)", "NoneType"),
-    ("raw socket", "import _socket\ns = _socket.socket()\ns.settimeout(1)\ns.connect(('8.8.8.8', 53))", "Error"),
+    ("raw socket", "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
+     "s.connect(('8.8.8.8', 53))", "Error"),
     ("subprocess", "import subprocess\nsubprocess.run(['touch', '{new}'])", "NoneType"),
-    ("shutil", "import importlib\nimportlib.import_module('shutil').copyfile('{victim}', '{new}')", "NoneType"),
+    ("shutil", "import importlib\nimportlib.import_module('shutil').copyfile('{victim}', '{new}')",
+     "NoneType"),
     ("os.system", "import os\nos.system('touch {new}')", "NoneType"),
     ("os._exit", "import os\nos._exit(3)", "exited (code 3)"),
     ("sys.exit", "import sys\nsys.exit(4)", "SystemExit: 4"),
     ("signal handlers", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
      "signal.pthread_sigmask(signal.SIG_BLOCK, range(1, 32))\nwhile True:\n    pass", "timeout"),
-    ("kill others", "import ctypes\nassert ctypes.CDLL(None).kill(1, 9) == -1\nassert ctypes.CDLL(None).setuid(0) == -1",
-     "ok"),
+    ("kill others", "import ctypes\nassert ctypes.CDLL(None).kill(1, 9) == -1\n"
+     "assert ctypes.CDLL(None).setuid(0) == -1", "ok"),
     ("patch builtins", "import builtins\nbuiltins.len = lambda x: 0\nbuiltins.print = None", "ok"),
-    ("bases escape", "c = [x for x in ().__class__.__bases__[0].__subclasses__() if x.__name__ == '_wrap_close'][0]\n"
+    ("bases escape", "c = [x for x in ().__class__.__bases__[0].__subclasses__() "
+     "if x.__name__ == '_wrap_close'][0]\n"
      "c.__init__.__globals__['system']('touch {new}')", "NoneType"),
     ("huge output", "while True:\n    print('x' * 10**6)", "timeout"),
-    ("non-utf8 output", "import sys\nprint('\\udcff')\nsys.stdout.buffer.write(b'\\xff\\xfe')", "ok"),
-    ("bad repr", "class A:\n    def __repr__(self):\n        while True:\n            pass\nrepr(A())", "timeout"),
+    ("non-utf8 output", "import sys\nprint('\\udcff')\nsys.stdout.buffer.write(b'\\xff\\xfe')",
+     "ok"),
+    ("bad repr", "class A:\n    def __repr__(self):\n        while True:\n            pass\n"
+     "repr(A())", "timeout"),
 ]
 
 
@@ -385,7 +472,9 @@ def test_hostile_code_is_contained(victims, monkeypatch):
     # restart the pool with a secret in our environment
     sandbox.shutdown()
     monkeypatch.setenv("POPULORA_SECRET", "hunter2")
-    jobs = [{"code": code.format(victim=victim, new=new, repo=ROOT), "timeout": 2.0} for _, code, _ in HOSTILE]
+    jobs = []
+    for _, code, _ in HOSTILE:
+        jobs.append({"code": code.format(victim=victim, new=new, repo=ROOT), "timeout": 2.0})
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.monotonic()
     res = sandbox.run(jobs)
@@ -395,14 +484,17 @@ def test_hostile_code_is_contained(victims, monkeypatch):
             assert r["ok"], (name, r)
         elif expect != "contained":
             assert not r["ok"] and any(e in r["error"] for e in expect.split("|")), (name, r)
-        assert len(r["stdout"]) <= sandbox.STDOUT_CAP and "hunter2" not in r["stdout"] + r["error"], name
-        with pytest.raises(ProcessLookupError):           # the child that ran it is gone
+        assert len(r["stdout"]) <= sandbox.STDOUT_CAP, name
+        assert "hunter2" not in r["stdout"] + r["error"], name
+        # the child that ran it is gone
+        with pytest.raises(ProcessLookupError):
             os.kill(r["pid"], 0)
     assert elapsed < 2.0 * len(HOSTILE) / len(sandbox.zygotes()) + 10
     # KiB: parent memory bounded
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000
     assert all(open(v).read() == "intact" for v in victims) and not os.path.exists(new)
-    assert set(sandbox_children().values()) == {0}      # no child survives its call
+    # no child survives its call
+    assert set(sandbox_children().values()) == {0}
     # the pool still works, builtins unpatched
     after = sandbox.run([{"code": "print(len([1, 2]))"}] * 8)
     assert [r["stdout"] for r in after] == ["2\n"] * 8
@@ -411,18 +503,24 @@ def test_hostile_code_is_contained(victims, monkeypatch):
 def test_a_job_cannot_take_the_next_jobs_cwd(monkeypatch):
     """Children's cwds are made by the zygote in a folder of its own: a child cannot pre-create the
     next job's cwd name (which once crashed the zygote, failing whatever job came next)."""
-    plant = ("import os\nmade = 0\nfor k in range(1, 300):\n    for name in ('../%d' % k, '../job%d' % k):\n"
-             "        try:\n            os.mkdir(name)\n            made += 1\n        except OSError:\n            pass\n"
+    plant = ("import os\nmade = 0\nfor k in range(1, 300):\n"
+             "    for name in ('../%d' % k, '../job%d' % k):\n"
+             "        try:\n            os.mkdir(name)\n            made += 1\n"
+             "        except OSError:\n            pass\n"
              "print(made)")
     # one zygote per family: the next job runs on the same one
     monkeypatch.setattr(sandbox, "WORKERS_PER_FAMILY", 1)
     sandbox.shutdown()
     try:
-        res = sandbox.run([{"code": plant, "family": 0}] + [{"code": "print('ran')", "family": 0}] * 3)
+        after = [{"code": "print('ran')", "family": 0}] * 3
+        res = sandbox.run([{"code": plant, "family": 0}] + after)
     finally:
         # the next test gets the default pool back
         sandbox.shutdown()
-    assert res[0]["ok"] and res[0]["stdout"] == ("0\n" if os.geteuid() == 0 else res[0]["stdout"]), res[0]
+    assert res[0]["ok"], res[0]
+    # as root the children run as another uid: they cannot write in the zygote's jobs folder
+    if os.geteuid() == 0:
+        assert res[0]["stdout"] == "0\n", res[0]
     assert [(r["ok"], r["stdout"]) for r in res[1:]] == [(True, "ran\n")] * 3, res[1:]
 
 
@@ -430,10 +528,12 @@ def test_hostile_programs_are_invalid():
     programs = []
     # as the body of a proposal: rejected by the screen or fails at run time
     for _, code, _ in HOSTILE:
-        body = "\n".join("    " + line for line in code.format(victim="/x", new="/y", repo=ROOT).splitlines())
+        lines = code.format(victim="/x", new="/y", repo=ROOT).splitlines()
+        body = "\n".join("    " + line for line in lines)
         programs.append({"program": f"def f(n):\n{body}\n    return 1", "input": "1"})
     res = verify.validate("code_o", programs, timeout=1.0)
-    assert [r["valid"] for r in res] == [False] * len(HOSTILE), [(h[0], r["reason"]) for h, r in zip(HOSTILE, res)]
+    reasons = [(h[0], r["reason"]) for h, r in zip(HOSTILE, res)]
+    assert [r["valid"] for r in res] == [False] * len(HOSTILE), reasons
 
 
 def test_execute_stdin_big_code_memory_and_timeouts():
@@ -446,7 +546,8 @@ def test_execute_stdin_big_code_memory_and_timeouts():
             {"code": "assert 1 == 2, 'nope'"},
             # address space only: fast, no RAM used
             {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)"},
-            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)\nprint('fits')", "memory_mb": 2048},
+            {"code": "import mmap\nm = mmap.mmap(-1, 1200 * 2**20)\nprint('fits')",
+             "memory_mb": 2048},
             {"code": "import time\ntime.sleep(30)", "timeout": 0.5},
             {"code": 5}]
     start = time.monotonic()
@@ -455,7 +556,8 @@ def test_execute_stdin_big_code_memory_and_timeouts():
     assert res[0] == {"ok": True, "stdout": f"{sum(range(100_000))}\n", "error": ""}
     assert res[1]["stdout"] == "a\nb\n" and res[2]["stdout"] == "big\n"
     assert res[3] == {"ok": False, "stdout": "", "error": "AssertionError: nope"}
-    assert "Cannot allocate memory" in res[4]["error"] and res[5] == {"ok": True, "stdout": "fits\n", "error": ""}
+    assert "Cannot allocate memory" in res[4]["error"]
+    assert res[5] == {"ok": True, "stdout": "fits\n", "error": ""}
     assert res[6]["error"] == "timeout" and res[7]["error"].startswith("bad request")
     assert time.monotonic() - start < 15
 
@@ -465,14 +567,17 @@ def test_unknown_task_and_compile_errors():
         verify.validate("code_x", [])
     with pytest.raises(ValueError):
         verify.student_prompt("code_e", PROBLEMS[0])
-    res = verify.execute([{"code": "def f(:\n    pass"}, {"code": "x = '\0'"}, {"code": "print('x' '\\0')"}])
+    jobs = [{"code": "def f(:\n    pass"}, {"code": "x = '\0'"}, {"code": "print('x' '\\0')"}]
+    res = verify.execute(jobs)
     assert not res[0]["ok"] and res[0]["error"].startswith("SyntaxError")
     # NUL in source vs in output
     assert "null bytes" in res[1]["error"] and res[2]["stdout"] == "x\x00\n"
 
 
 def test_batches_run_in_parallel_within_their_time_limits():
-    loops = [{"program": f"def f(x):\n    while x:\n        x += {k}", "input": "1"} for k in range(1, 9)]
+    loops = []
+    for k in range(1, 9):
+        loops.append({"program": f"def f(x):\n    while x:\n        x += {k}", "input": "1"})
     start = time.monotonic()
     res = verify.validate("code_o", loops, timeout=1.0)
     elapsed = time.monotonic() - start
@@ -491,7 +596,8 @@ def test_timeout_replaces_the_child_and_next_call_works():
     with pytest.raises(ProcessLookupError):
         os.kill(r["pid"], 0)
     again = sandbox.run([{"code": "print('alive')", "timeout": 0.5}] * 4)
-    assert [x["stdout"] for x in again] == ["alive\n"] * 4 and r["pid"] not in {x["pid"] for x in again}
+    assert [x["stdout"] for x in again] == ["alive\n"] * 4
+    assert r["pid"] not in {x["pid"] for x in again}
 
 
 def test_dead_zygote_is_replaced():
@@ -538,12 +644,13 @@ def test_families_have_different_hash_seeds_and_layers():
         assert lay["uid_drop"] and lay["no_fork"]
 
 
-# ----------------------------------------------------------------------------- AZR seeds (real data)
+# ------------------------------------------------------------------------- AZR seeds (real data)
 
 
 def test_azr_seed_tally():
     rows = [json.loads(line) for line in open(shared_path("azr_seeds", "7b_coder_seed_io.jsonl"))]
-    results = verify.validate("code_o", [{"program": r["snippet"], "input": r["input"]} for r in rows])
+    proposals = [{"program": r["snippet"], "input": r["input"]} for r in rows]
+    results = verify.validate("code_o", proposals)
     tally, odd = verify.seed_tally(rows, results)
     print("AZR seed tally:", json.dumps(tally))
     assert sum(tally.values()) == 256 and tally["truncated"] == 7 and tally["reproduced"] >= 240
