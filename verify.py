@@ -1,6 +1,6 @@
-"""The AZR task family (SPEC §2): prompts, response parsers, proposal validity, grading, program
-complexity and a command-line interface. Every piece of model text that runs, runs in sandbox.py's
-worker pool (SPEC §3).
+"""The AZR task family (SPEC §2): prompts (their text is in prompts.py), response parsers, proposal
+validity, grading, program complexity, the AZR seed tally and a command-line interface. Every piece
+of model text that runs, runs in sandbox.py's worker pool (SPEC §3).
 
   python verify.py validate --task code_o < proposals.jsonl  # {"program", "input"} -> {"valid",
                                                              # "reason", "output", "gold"}
@@ -8,13 +8,13 @@ worker pool (SPEC §3).
   python verify.py layers                                    # sandbox layers here, on/off and why
 
 Tasks (AZR ids): code_o deduction (predict the output), code_i abduction (find an input), code_f
-induction (write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts keep
-AZR's structure (R1 wrapper ending in "Assistant: <think>", fences, K references, input_k/output_k
-fences) in our own words, without AZR's swapped difficulty bullet (azr.md §9.12). A response must
-match `...</think> <answer>...</answer>`; teacher code = first python/untagged fence, input = first
-`input` fence, code_f keeps the last 10 `input` fences and a `message` fence (or <message> tag);
-student answers = the last fence of their kind (code_i/code_o fall back to the whole answer, as
-AZR).
+induction (write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts
+(prompts.py) keep AZR's structure (R1 wrapper ending in "Assistant: <think>", fences, K references,
+input_k/output_k fences) in our own words, without AZR's swapped difficulty bullet (azr.md §9.12).
+A response must match `...</think> <answer>...</answer>`; teacher code = first python/untagged
+fence, input = first `input` fence, code_f keeps the last 10 `input` fences and a `message` fence
+(or <message> tag); student answers = the last fence of their kind (code_i/code_o fall back to the
+whole answer, as AZR).
 
 Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed
 to f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an
@@ -800,7 +800,7 @@ def complexity(program):
     return {"ast_depth": depth, "cyclomatic": 1 + branches, "loc": loc, "variables": len(names)}
 
 
-# ------------------------------------------------------------------------------------------ AZR seeds
+# ---------------------------------------------------------------------------------------- AZR seeds
 
 
 def _literal(text):
