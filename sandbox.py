@@ -62,6 +62,8 @@ import select
 import signal
 import sys
 import time
+# a lock for the pool without importing threading into the zygotes
+import _thread
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
@@ -618,7 +620,8 @@ def _jobs_folder(layers):
     tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
     base = "/tmp"
     if not layers["mount_namespace"][0]:
-        base = __import__("tempfile").mkdtemp(prefix="populora-sandbox-")
+        import tempfile
+        base = tempfile.mkdtemp(prefix="populora-sandbox-")
     # like /tmp (which it is, with the mount namespace)
     os.chmod(base, 0o1777)
     # the zygote's: children reach their own cwd in here, make no name
@@ -881,13 +884,14 @@ def _rmtree(path):
 
 # --------------------------------------------------------------------------- parent side (the pool)
 
-_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0,
-         "lock": __import__("_thread").allocate_lock()}
+# the calling process's pool of zygotes ("pid": the process that started them)
+_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": _thread.allocate_lock()}
 
 
 def _start(family):
     """Launch one zygote with a fresh scrubbed environment and its own hash seed."""
-    # parent only: zygotes never load it (see _GuardHook)
+    # parent only: zygotes never load them (see _GuardHook)
+    import site
     import subprocess
     # 0 would turn hash randomisation off
     seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
@@ -897,7 +901,7 @@ def _start(family):
     _pool["count"] += 1
     argv = [sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
             str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
-            json.dumps(seccomp_programs()), *__import__("site").getsitepackages()]
+            json.dumps(seccomp_programs()), *site.getsitepackages()]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
     return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
@@ -914,6 +918,11 @@ def _hello(worker):
 
 
 def _stop(worker):
+    """Kill a zygote and its children, close its pipes, remove its jobs folder if it made one
+    outside a mount namespace."""
+    # parent only, as in _start
+    import shutil
+    import tempfile
     try:
         # the zygote and its children (they stay in its group)
         os.killpg(worker["proc"].pid, signal.SIGKILL)
@@ -921,12 +930,16 @@ def _stop(worker):
         pass
     worker["proc"].wait()
     for f in (worker["proc"].stdin, worker["proc"].stdout):
-        with __import__("contextlib").suppress(OSError):
-            # unflushed bytes to a dead zygote: BrokenPipeError
+        # unflushed bytes to a dead zygote: BrokenPipeError
+        try:
             f.close()
-    base = (worker["hello"] or {}).get("base", "")
-    if base.startswith(__import__("tempfile").gettempdir() + "/populora-sandbox-"):
-        __import__("shutil").rmtree(base, ignore_errors=True)
+        except OSError:
+            pass
+    base = ""
+    if worker["hello"]:
+        base = worker["hello"].get("base", "")
+    if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _ensure():
