@@ -171,9 +171,9 @@ def _outcome(job):
     JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
     copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
     nothing in it (see _parse_answer)."""
-    values, error, ok = None, "", False
+    values, error = None, ""
     try:
-        values, ok = _evaluate(job), True
+        values = _evaluate(job)
     # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
     except BaseException as e:
         error = _describe(e)
@@ -182,12 +182,11 @@ def _outcome(job):
         stdout = _out.buffer.getvalue().decode("utf-8", "replace")
     except BaseException:
         stdout = ""
-    esc = escape
     if values is None:
         line = '{"ok": false, "error": %s, "stdout": %s, "values": null}\n'
-        return line % (esc(error), esc(stdout))
+        return line % (escape(error), escape(stdout))
     line = '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n'
-    return line % (esc(stdout), ", ".join(values))
+    return line % (escape(stdout), ", ".join(values))
 
 
 def _guard():
@@ -246,10 +245,15 @@ def _child(job, wfd, limits, uid):
 
 # -------------------------------------------------------------------------------------- zygote side
 
-# set in the zygote (children must not dlopen after fork)
-_libc = _pyfork = _null = None
+# the zygote's state, set in the zygote: libc's functions (resolved there: children must not
+# dlopen after fork), /dev/null's fd, the Landlock ruleset and the per-child seccomp filter
+_libc = _pyfork = _syscall = _null = None
+_landlock = _landlock_restrict = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
+# seccomp programs kept alive (_seccomp_load); the folders hidden and the private tmpfs folders
+# made (_mount_setup); those folders' times at the last clean (_clean)
+_bpf, _hidden, _scratch, _scratch_times = [], [], [], []
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
 _MS_PRIVATE = 1 << 18
 
@@ -521,10 +525,6 @@ NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20
 # fork too: a child that stays root is exempt from NPROC
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
                    "pidfd_send_signal pidfd_getfd fork vfork clone")
-# the zygote's: see _seccomp_setup, _mount_setup
-_bpf, _hidden, _scratch, _scratch_times = [], [], [], []
-# set in the zygote
-_landlock = _landlock_restrict = _signal_filter = _syscall = None
 
 
 def _zygote_main(number, home, uid_base, programs):
