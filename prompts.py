@@ -99,18 +99,18 @@ your message
 # the student's task per task type: code_o predicts the output, code_i finds an input, code_f
 # writes the function from the shown pairs
 SOLVE = {
-    "code_o": ("## Task: predict the output\nWork out the output of the snippet below for the given "
-               "input. Think step by step, then give the output in an ```output fence. Quote "
-               "strings; use a tuple for several return values.\n\n```python\n{program}\n```\n\n"
-               "```input\n{input}\n```"),
-    "code_i": ("## Task: find an input\nFind one input that makes the snippet below return the given "
-               "output. Think step by step, then give the input in an ```input fence. Separate "
-               "several arguments with commas and quote strings.\n\n```python\n{program}\n```\n\n"
-               "```output\n{output}\n```"),
-    "code_f": ("## Task: write the function\nFrom the input/output pairs and the message below, write "
-               "the function `f` that produced them.\n\n{pairs}\n```message\n{message}\n```\n\n"
-               "### Code requirements\n{rules}\n\nGive your function in a ```python fence. Name your "
-               "entry function f()."),
+    "code_o": ("## Task: predict the output\nWork out the output of the snippet below for the "
+               "given input. Think step by step, then give the output in an ```output fence. "
+               "Quote strings; use a tuple for several return values.\n\n"
+               "```python\n{program}\n```\n\n```input\n{input}\n```"),
+    "code_i": ("## Task: find an input\nFind one input that makes the snippet below return the "
+               "given output. Think step by step, then give the input in an ```input fence. "
+               "Separate several arguments with commas and quote strings.\n\n"
+               "```python\n{program}\n```\n\n```output\n{output}\n```"),
+    "code_f": ("## Task: write the function\nFrom the input/output pairs and the message below, "
+               "write the function `f` that produced them.\n\n{pairs}\n"
+               "```message\n{message}\n```\n\n### Code requirements\n{rules}\n\n"
+               "Give your function in a ```python fence. Name your entry function f()."),
 }
 
 
