@@ -15,7 +15,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = ("train.py", "population.py", "engines.py", "archive.py", "logs.py", "ratings.py", "plan.py",
-         "evolve.py", "verify.py", "sandbox.py", "evaluate.py", "graders.py", "report.py", "tinyworld.py")
+         "evolve.py", "verify.py", "prompts.py", "sandbox.py", "encoding.py", "evaluate.py", "graders.py",
+         "report.py", "tinyworld.py")
 
 
 def docstring_lines(tree):
