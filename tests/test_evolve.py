@@ -238,7 +238,7 @@ def test_rank_rotation(theta):
         assert float(child[s + A].norm()) == pytest.approx(float(p[s + A].norm()), rel=1e-12)
         assert float(child[s + B].norm()) == pytest.approx(float(p[s + B].norm()), rel=1e-12)
         assert not torch.allclose(child[s + A], p[s + A])
-    Rm = evolve._orthogonal(5, R, theta, torch.Generator().manual_seed(0), torch.empty(0, dtype=torch.float64))
+    Rm = evolve.random_orthogonal(5, R, theta, torch.Generator().manual_seed(0), torch.empty(0, dtype=torch.float64))
     assert torch.allclose(Rm.mT @ Rm, torch.eye(R, dtype=torch.float64).expand(5, R, R), atol=1e-12)
 
 
