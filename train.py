@@ -67,6 +67,7 @@ import plan
 import population
 import ratings
 import tinyworld
+import variants
 import verify
 
 # ----------------------------------------------------------------------------- config
@@ -275,45 +276,6 @@ def pg_loss(logp, mask, advantages, total_tokens):
     sum_i |y_i| over the member's WHOLE batch on all ranks, so micro-batch losses add up to the full
     loss (gradient accumulation needs no rescaling)."""
     return -(advantages[:, None] * logp * mask).sum() / max(total_tokens, 1)
-
-
-def band_difficulty(solve_rate, low, high):
-    """OpenSIR's calibrated difficulty [ours: a trapezoid]: 1 for a solve rate inside the learnable band
-    [low, high], falling linearly to 0 at p = 0 (never solved) and p = 1 (always solved)."""
-    if low <= solve_rate <= high:
-        return 1.0
-    if solve_rate < low:
-        return solve_rate / low
-    return (1.0 - solve_rate) / (1.0 - high)
-
-
-def novelty(vector, others, neighbours):
-    """OpenSIR's novelty: the mean cosine distance (1 - cos, halved into [0, 1]) from `vector` [H] to
-    its `neighbours` nearest rows of `others` [N, H]; 1 when there is nothing to compare with."""
-    if len(others) == 0:
-        return 1.0
-    cosine = torch.nn.functional.cosine_similarity(others, vector[None, :], dim=1)
-    nearest = cosine.topk(min(neighbours, len(others))).values
-    return float((1 - nearest).mean() / 2)
-
-
-def opensir_teacher_reward(valid, solve_rate, novel, cfg):
-    """teacher_reward=opensir: invalid -1; a valid problem pays (1 - w) x band_difficulty + w x its
-    novelty against the archive (w = opensir_novelty_weight)."""
-    if not valid:
-        return -1.0
-    weight = cfg["opensir_novelty_weight"]
-    band = band_difficulty(solve_rate, cfg["opensir_band_low"], cfg["opensir_band_high"])
-    return (1 - weight) * band + weight * novel
-
-
-def soar_teacher_reward(valid, improvement):
-    """teacher_reward=soar: invalid -1; every valid problem of a teacher shares its matched student's
-    change of pass rate on the hard probe set over this step's update (grounded in measured
-    progress, not a learnability proxy)."""
-    if not valid:
-        return -1.0
-    return improvement
 
 
 def match_outcome(solve_rate, draw_margin):
@@ -639,7 +601,7 @@ def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_
             need = cfg["min_problems"] - len(made)
             if cfg["topup"] == "leeps":
                 vectors = embed([p["program"] for p in problems[task]])
-                topups[(i, task)] = archive.leeps_pick(problems[task], step, need, rng, vectors,
+                topups[(i, task)] = variants.leeps_pick(problems[task], step, need, rng, vectors,
                                                        leeps_stats)
             else:
                 topups[(i, task)] = archive.pick_recent(problems[task], step, need, rng)
@@ -703,7 +665,7 @@ def assign_rewards(proposals, attempts, cfg, novel=None):
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
         if cfg["teacher_reward"] == "opensir":
-            p["reward"] = opensir_teacher_reward(p["valid"], p["solve_rate"], novel.get(k, 1.0), cfg)
+            p["reward"] = variants.opensir_teacher_reward(p["valid"], p["solve_rate"], novel.get(k, 1.0), cfg)
         elif cfg["teacher_reward"] == "populora":
             p["reward"] = teacher_reward(p["valid"], p["solve_rate"], cfg["teacher_reward_unsolved"])
 
@@ -715,65 +677,7 @@ def assign_soar(proposals, matches, gains):
     for p in proposals:
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
-        p["reward"] = soar_teacher_reward(p["valid"], gains[student_of[p["teacher"]]])
-
-
-def novelty_of(proposals, problems, embed, neighbours, step):
-    """OpenSIR: proposal index -> novelty of each valid proposal's program against the archive
-    problems of its task type from before this step."""
-    novel = {}
-    for k, p in enumerate(proposals):
-        if not p["valid"]:
-            continue
-        older = [q["program"] for q in problems[p["task"]] if q["step"] < step]
-        vectors = embed(older + [p["problem"]["program"]])
-        novel[k] = novelty(vectors[-1], vectors[:-1], neighbours)
-    return novel
-
-
-def probe_pass_rates(students, probe, generate, check):
-    """SOAR: each student's greedy pass rate on the probe problems [(task, problem)], one batched
-    generation and one batched grading for all of them. {student name: rate}"""
-    requests = []
-    for name in students:
-        for task, problem in probe:
-            prompt = verify.student_prompt(task, archive.problem_core(problem))
-            requests.append((prompt, name))
-    outs = generate(requests, "probe", temperature=0.0)
-    jobs, owners = [], []
-    for k, out in enumerate(outs):
-        task, problem = probe[k % len(probe)]
-        answer = None if out["error"] else verify.parse_student(task, out["text"])
-        if answer is not None:
-            jobs.append((task, dict(archive.problem_core(problem), answer=answer)))
-            owners.append(k)
-    correct = [False] * len(outs)
-    for k, result in zip(owners, check(verify.grade, jobs)):
-        correct[k] = bool(result["correct"])
-    rates = {}
-    for n, name in enumerate(students):
-        rates[name] = logs.mean(correct[n * len(probe):(n + 1) * len(probe)])
-    return rates
-
-
-def load_probe(path, check):
-    """SOAR's probe set: JSON lines {"task", "snippet", "input"} or {"task", "snippet", "inputs",
-    "message"}, validated in the sandbox for their golds; invalid rows stop the run."""
-    rows = [json.loads(line) for line in open(path) if line.strip()]
-    jobs = []
-    for row in rows:
-        item = {"program": row["snippet"]}
-        if row["task"] == "code_f":
-            item.update(inputs=[str(x) for x in row["inputs"]], message=str(row["message"]))
-        else:
-            item["input"] = str(row["input"])
-        jobs.append((row["task"], item))
-    probe = []
-    for (task, item), result in zip(jobs, check(verify.validate, jobs)):
-        if not result["valid"]:
-            raise SystemExit(f"--soar_probe {path}: a {task} problem is not valid ({result['reason']})")
-        probe.append((task, archive.as_problem(item, result)))
-    return probe
+        p["reward"] = variants.soar_teacher_reward(p["valid"], gains[student_of[p["teacher"]]])
 
 
 def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
@@ -788,6 +692,37 @@ def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
                 sequences.append(dict(x["gen"], reward=x["reward"], role=x["role"], task=x["task"]))
         stats[m["name"]] = train_member(model, m["name"], optimizers[m["name"]], sequences, cfg,
                                         rank, world)
+    return stats
+
+
+def soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank, world, engine,
+                step, generate, check, probe, probe_rates, times):
+    """teacher_reward=soar's update (SPEC §5 otherwise unchanged): the students go first, their probe
+    pass rates are measured before (when not known from the last step: a new child) and after, and
+    each teacher is paid its matched student's gain before its own update. probe_rates {(name, id):
+    rate} is updated in place. Returns stats per member."""
+    students = [m for m in members if m["role"] == "student"]
+    teachers = [m for m in members if m["role"] == "teacher"]
+    unmeasured = [m["name"] for m in students if (m["name"], m["id"]) not in probe_rates]
+    if unmeasured:
+        before = variants.probe_pass_rates(unmeasured, probe, generate, check)
+        for m in students:
+            if m["name"] in before:
+                probe_rates[(m["name"], m["id"])] = before[m["name"]]
+    with timed(times, "train"):
+        stats = update(model, students, optimizers, proposals, attempts, cfg, rank, world)
+        engines.sync_adapters(engine, model, [m["name"] for m in students], 2 * step + 1)
+    started = time.time()
+    after = variants.probe_pass_rates([m["name"] for m in students], probe, generate, check)
+    gains = {}
+    for m in students:
+        gains[m["name"]] = after[m["name"]] - probe_rates[(m["name"], m["id"])]
+        probe_rates[(m["name"], m["id"])] = after[m["name"]]
+    times["probe"] = time.time() - started
+    assign_soar(proposals, matches, gains)
+    with timed(times, "train"):
+        stats.update(update(model, teachers, optimizers, proposals, attempts, cfg, rank, world))
+        engines.sync_adapters(engine, model, [m["name"] for m in teachers], 2 * step + 1)
     return stats
 
 
@@ -942,7 +877,7 @@ def main(cfg):
     leeps_stats = {"exploit": [0, 0], "explore": [0, 0]}
     probe, probe_rates = [], {}
     if cfg["teacher_reward"] == "soar":
-        probe = load_probe(cfg["soar_probe"], check)
+        probe = variants.load_probe(cfg["soar_probe"], check)
     problems = None
     if not resume:
         # the seed archive before the (slow) model: a bad seed file fails fast
@@ -1044,41 +979,20 @@ def main(cfg):
         novel = None
         if cfg["teacher_reward"] == "opensir":
             if rank == 0:
-                novel = novelty_of(proposals, problems, embed, cfg["opensir_neighbours"], step)
+                novel = variants.novelty_of(proposals, problems, embed, cfg["opensir_neighbours"], step)
             novel = broadcast_object(novel, 0, world)
         assign_rewards(proposals, attempts, cfg, novel)
         if cfg["topup"] == "leeps":
-            archive.record_outcomes(attempts, cfg["leeps_history"], leeps_stats)
+            variants.record_outcomes(attempts, cfg["leeps_history"], leeps_stats)
 
-        # ---- ALGO 7: update, then the engines generate with the new weights. With
-        # teacher_reward=soar the students go first: their teachers are paid by the students'
-        # probe gain over this update
-        first = members
+        # ---- ALGO 7: update, then the engines generate with the new weights
         if cfg["teacher_reward"] == "soar":
-            first = students
-            # a student measured at the end of the last step is measured already (a new child is not)
-            unmeasured = [m["name"] for m in students if (m["name"], m["id"]) not in probe_rates]
-            if unmeasured:
-                before = probe_pass_rates(unmeasured, probe, generate, check)
-                for m in students:
-                    if m["name"] in before:
-                        probe_rates[(m["name"], m["id"])] = before[m["name"]]
-        with timed(times, "train"):
-            stats = update(model, first, optimizers, proposals, attempts, cfg, rank, world)
-            engines.sync_adapters(engine, model, [m["name"] for m in first], 2 * step + 1)
-        if cfg["teacher_reward"] == "soar":
-            t_probe = time.time()
-            after = probe_pass_rates([m["name"] for m in students], probe, generate, check)
-            gains = {}
-            for m in students:
-                gains[m["name"]] = after[m["name"]] - probe_rates[(m["name"], m["id"])]
-                probe_rates[(m["name"], m["id"])] = after[m["name"]]
-            times["probe"] = time.time() - t_probe
-            assign_soar(proposals, matches, gains)
+            stats = soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank,
+                                world, engine, step, generate, check, probe, probe_rates, times)
+        else:
             with timed(times, "train"):
-                stats.update(update(model, teachers, optimizers, proposals, attempts, cfg, rank,
-                                    world))
-                engines.sync_adapters(engine, model, [m["name"] for m in teachers], 2 * step + 1)
+                stats = update(model, members, optimizers, proposals, attempts, cfg, rank, world)
+                engines.sync_adapters(engine, model, [m["name"] for m in members], 2 * step + 1)
 
         # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair
         played = rate(matches, attempts, members, cfg)

@@ -15,34 +15,35 @@ from conftest import FIXTURES_DIR
 import archive
 import logs
 import train
+import variants
 from test_train import checkpoint, read_jsonl, same, tiny_cfg
 
 
 @pytest.mark.parametrize("rate, expected", [(0.5, 1.0), (0.2, 1.0), (0.8, 1.0), (0.1, 0.5), (0.0, 0.0),
                                             (0.9, 0.5), (1.0, 0.0), (0.05, 0.25)])
 def test_band_difficulty_is_a_trapezoid(rate, expected):
-    assert train.band_difficulty(rate, 0.2, 0.8) == pytest.approx(expected)
+    assert variants.band_difficulty(rate, 0.2, 0.8) == pytest.approx(expected)
 
 
 def test_novelty_is_the_mean_cosine_distance_to_the_nearest():
     x = torch.tensor([1.0, 0.0])
-    assert train.novelty(x, torch.zeros(0, 2), 4) == 1.0  # nothing to compare with: new
-    assert train.novelty(x, torch.tensor([[2.0, 0.0]]), 4) == pytest.approx(0.0)
-    assert train.novelty(x, torch.tensor([[0.0, 1.0]]), 4) == pytest.approx(0.5)
-    assert train.novelty(x, torch.tensor([[-1.0, 0.0]]), 4) == pytest.approx(1.0)
+    assert variants.novelty(x, torch.zeros(0, 2), 4) == 1.0  # nothing to compare with: new
+    assert variants.novelty(x, torch.tensor([[2.0, 0.0]]), 4) == pytest.approx(0.0)
+    assert variants.novelty(x, torch.tensor([[0.0, 1.0]]), 4) == pytest.approx(0.5)
+    assert variants.novelty(x, torch.tensor([[-1.0, 0.0]]), 4) == pytest.approx(1.0)
     # k = 1: only the nearest (the copy) counts; k = 2: the copy and the orthogonal one
     others = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-    assert train.novelty(x, others, 1) == pytest.approx(0.0)
-    assert train.novelty(x, others, 2) == pytest.approx(0.25)
+    assert variants.novelty(x, others, 1) == pytest.approx(0.0)
+    assert variants.novelty(x, others, 2) == pytest.approx(0.25)
 
 
 def test_opensir_and_soar_teacher_rewards():
     cfg = dict(train.config, opensir_novelty_weight=0.5, opensir_band_low=0.2, opensir_band_high=0.8)
-    assert train.opensir_teacher_reward(False, None, 0.9, cfg) == -1.0
-    assert train.opensir_teacher_reward(True, 0.5, 0.4, cfg) == pytest.approx(0.5 * 1.0 + 0.5 * 0.4)
-    assert train.opensir_teacher_reward(True, 1.0, 0.4, cfg) == pytest.approx(0.2)  # too easy: novelty only
-    assert train.soar_teacher_reward(False, 0.3) == -1.0
-    assert train.soar_teacher_reward(True, -0.25) == -0.25
+    assert variants.opensir_teacher_reward(False, None, 0.9, cfg) == -1.0
+    assert variants.opensir_teacher_reward(True, 0.5, 0.4, cfg) == pytest.approx(0.5 * 1.0 + 0.5 * 0.4)
+    assert variants.opensir_teacher_reward(True, 1.0, 0.4, cfg) == pytest.approx(0.2)  # too easy: novelty only
+    assert variants.soar_teacher_reward(False, 0.3) == -1.0
+    assert variants.soar_teacher_reward(True, -0.25) == -0.25
 
 
 def problem(step, history=None, program="p"):
@@ -58,17 +59,17 @@ def test_leeps_splits_the_budget_by_portfolio_success():
                 problem(0), problem(0), problem(0), problem(0), problem(5)]
     vectors = torch.eye(9)
     good_exploit = {"exploit": [90, 100], "explore": [5, 100]}
-    picks = archive.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_exploit)
+    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_exploit)
     assert len(picks) == len(set(picks)) == 4 and 8 not in picks
     assert sorted(picks) == [0, 1, 2, 3]  # exploit ~0.9 vs explore ~0.06: all 4 from exploit
     good_explore = {"exploit": [5, 100], "explore": [90, 100]}
-    picks = archive.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_explore)
+    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_explore)
     assert sorted(picks) == [4, 5, 6, 7]
     # deterministic given the rng; more than there are: repeats
-    assert archive.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit) == \
-        archive.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit)
-    assert len(archive.leeps_pick(problems, 5, 12, random.Random(0), vectors, good_exploit)) == 12
-    assert archive.leeps_pick(problems, 0, 3, random.Random(0), vectors, good_exploit) == []
+    assert variants.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit) == \
+        variants.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit)
+    assert len(variants.leeps_pick(problems, 5, 12, random.Random(0), vectors, good_exploit)) == 12
+    assert variants.leeps_pick(problems, 0, 3, random.Random(0), vectors, good_exploit) == []
 
 
 def test_leeps_explore_follows_the_neighbours():
@@ -79,7 +80,7 @@ def test_leeps_explore_follows_the_neighbours():
     counts = [0, 0, 0, 0]
     rng = random.Random(1)
     for _ in range(200):
-        for i in archive.leeps_pick(problems, 1, 1, rng, vectors, stats, neighbours=1):
+        for i in variants.leeps_pick(problems, 1, 1, rng, vectors, stats, neighbours=1):
             counts[i] += 1
     # weights ~ the neighbours' shares (1.0 vs the 0.05 floor), and the all-trivial one at the floor
     assert counts[2] > 5 * counts[3] and counts[2] > 5 * counts[1]
@@ -96,10 +97,10 @@ def test_outcomes_are_recorded_per_group_and_counted_per_portfolio():
                 attempt(fresh, "s1", 1.0), attempt(fresh, "s1", None),    # one reward: no variance
                 attempt(seen, "s0", 1.0, proposal={"teacher": "t0"})]     # not a top-up: ignored
     stats = {"exploit": [0, 0], "explore": [0, 0]}
-    archive.record_outcomes(attempts, 2, stats)
+    variants.record_outcomes(attempts, 2, stats)
     assert seen["history"] == [1, 1] and fresh["history"] == [0, 0]
     assert stats == {"exploit": [1, 1], "explore": [0, 2]}
-    archive.record_outcomes(attempts[:2], 2, stats)
+    variants.record_outcomes(attempts[:2], 2, stats)
     assert seen["history"] == [1, 1]  # the last 2 kept
     assert "history" not in archive.problem_core(seen)  # bookkeeping: never shown or graded
 
