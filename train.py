@@ -15,7 +15,7 @@ How to run (every config key is a flag, `--key value` or `--key=value`):
   python train.py --model tiny --steps 3                  # CPU smoke run, built-in random model
   python train.py                                         # one GPU, the paper-scale defaults
   torchrun --standalone --nproc_per_node 8 train.py --teachers 4 --students 4
-  python train.py --baseline                              # AZR single agent, same per-adapter batches
+  python train.py --baseline                              # AZR single agent, same batches
   python train.py --seed_archive a.jsonl,b.jsonl --resume auto
   python train.py --plan --gpu_memory_gb 80               # per-rank GPU memory plan, nothing loaded
 
@@ -47,7 +47,6 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 """
 import argparse
 import contextlib
-import datetime
 import hashlib
 import json
 import os
@@ -60,6 +59,7 @@ import torch
 import torch.distributed as dist
 
 import archive
+import distributed
 import engines
 import evolve
 import logs
@@ -74,7 +74,7 @@ import verify
 # Every knob, one line, with its unit. Types come from the defaults; "" = auto/none, -1 = never,
 # None = an optional bool decided at start-up.
 config = dict(
-    # frozen base: hub id or local folder; "tiny" = built-in random model, "tiny-warm" = laptop world
+    # frozen base: hub id or local folder; "tiny" = built-in random model, "tiny-warm" = laptop
     model="Qwen/Qwen2.5-Coder-7B",
     teachers=4,                     # teacher adapters (propose problems); 0 = students only
     students=4,                     # student adapters (solve them)
@@ -101,7 +101,7 @@ config = dict(
     teacher_reward_unsolved=0.0,    # reward for a valid problem never solved (AZR code: -0.5)
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
     # related systems (README "Variants"); the defaults are PopuLoRA's own
-    teacher_reward="populora",      # populora | opensir (novelty + learnable band) | soar (probe gain)
+    teacher_reward="populora",      # populora | opensir (novelty + learnable band) | soar (probes)
     opensir_novelty_weight=0.5,     # OpenSIR: weight of novelty against the difficulty band term
     opensir_band_low=0.2,           # OpenSIR: solve rates in [low, high] are fully "learnable"
     opensir_band_high=0.8,          # OpenSIR: upper end of that band
@@ -132,7 +132,7 @@ config = dict(
     gpu_memory_gb=0.0,              # GPU memory per rank for the plan; 0 = detect (needs a GPU)
     model_cache="out/.tiny",        # where the built-in tiny / tiny-warm bases are built and kept
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
-    save_every=10,                  # steps between checkpoints (the last is always saved); -1 = last
+    save_every=10,                  # steps between checkpoints (the last always saved); -1 = last
     resume="",                      # "" = fresh, "auto" = newest checkpoint, or a step folder
     samples_per_step=4,             # problems (with one answer each) to samples.jsonl per step
     wandb_project="",               # Weights & Biases project for the metrics rows; "" = off
@@ -186,12 +186,14 @@ def check_config(cfg, roles):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
     if not 0 <= cfg["opensir_novelty_weight"] <= 1:
-        raise SystemExit(f"--opensir_novelty_weight {cfg['opensir_novelty_weight']}: must be in [0, 1]")
+        weight = cfg["opensir_novelty_weight"]
+        raise SystemExit(f"--opensir_novelty_weight {weight}: must be in [0, 1]")
     if not 0 < cfg["opensir_band_low"] <= cfg["opensir_band_high"] < 1:
         raise SystemExit("--opensir_band_low/--opensir_band_high: need 0 < low <= high < 1")
     if cfg["teacher_reward"] == "soar":
         if cfg["baseline"]:
-            raise SystemExit("--teacher_reward soar needs separate teachers and students (not --baseline)")
+            raise SystemExit("--teacher_reward soar needs separate teachers and students "
+                             "(not --baseline)")
         if not os.path.isfile(cfg["soar_probe"]):
             raise SystemExit(f"--soar_probe {cfg['soar_probe']!r}: not a file (JSON lines of hard "
                              "problems: task + AZR seed fields)")
@@ -242,7 +244,8 @@ def student_reward(correct, well_formed):
 
 
 def teacher_reward(valid, solve_rate, unsolved):
-    """The proposer reward for one proposal (SPEC §4.6, deviation 3): invalid or badly formatted -1;
+    """The proposer reward for one proposal (SPEC §4.6, deviation 3): invalid or badly formatted
+    -1;
     a valid problem its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too
     easy) and `unsolved` if p = 0 (the paper's equation: 0; AZR's code: -0.5)."""
     if not valid:
@@ -359,7 +362,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     optimizer.zero_grad(set_to_none=True)
     # `name` stays active through backward: gradient checkpointing re-runs the forward in backward
     with population.active(model, name):
-        for batch in pack_micro_batches(rank_share(work, rank, world), cfg["micro_batch_tokens"]):
+        share = distributed.rank_share(work, rank, world)
+        for batch in pack_micro_batches(share, cfg["micro_batch_tokens"]):
             prompts = [s["prompt_ids"] for s in batch]
             completions = [s["completion_ids"] for s in batch]
             # [B, T] each
@@ -375,7 +379,7 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
                 stats["tokens"][s["role"]] += int(mask[row].sum().item())
     numbers = [stats["loss"], stats["entropy"]["teacher"], stats["entropy"]["student"],
                stats["tokens"]["teacher"], stats["tokens"]["student"]]
-    numbers = sum_over_ranks(params, numbers, world)
+    numbers = distributed.sum_over_ranks(params, numbers, world)
     stats["loss"] = numbers[0]
     stats["entropy"] = {"teacher": numbers[1], "student": numbers[2]}
     stats["tokens"] = {"teacher": int(round(numbers[3])), "student": int(round(numbers[4]))}
@@ -385,94 +389,6 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     # free this member's gradients before the next member's backward
     optimizer.zero_grad(set_to_none=True)
     return stats
-
-
-# ----------------------------------------------------------------------------- distribution
-# torchrun SPMD (SPEC §9). Every helper here is a collective: every rank calls it, in the same order.
-
-def setup_distributed(cfg):
-    """torchrun sets RANK / WORLD_SIZE / LOCAL_RANK (plain python: rank 0 of 1). Returns (rank,
-    world, device). nccl on GPU, gloo on CPU (so the CPU tests run the multi-process path); the
-    timeout is a config key because a 7B step keeps ranks apart longer than NCCL's default 10
-    minutes between collectives."""
-    ddp = "RANK" in os.environ
-    rank, world = 0, 1
-    if ddp:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = cfg["device"] or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-        torch.cuda.set_device(device)
-    if ddp:
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        timeout = datetime.timedelta(minutes=cfg["dist_timeout_min"])
-        dist.init_process_group(backend, timeout=timeout)
-    return rank, world, device
-
-
-def broadcast_object(obj, src, world):
-    """obj from rank src on every rank."""
-    box = [obj]
-    if world > 1:
-        dist.broadcast_object_list(box, src=src)
-    return box[0]
-
-
-def split_run(fn, items, rank, world):
-    """fn on this rank's share items[rank::world], the results gathered back into item order on
-    every rank (an empty share too takes part)."""
-    share = items[rank::world]
-    parts = [fn(share) if share else []] * world
-    if world > 1:
-        dist.all_gather_object(parts, parts[rank])
-    merged = [None] * len(items)
-    for r, part in enumerate(parts):
-        merged[r::world] = part
-    return merged
-
-
-def rank_share(sequences, rank, world):
-    """This rank's share of one member's sequences, balanced by tokens: longest first, each to the
-    rank with the fewest tokens so far (ties: the lower rank). Every rank computes the same split;
-    not a collective."""
-    load = [0] * world
-    shares = [[] for _ in range(world)]
-
-    def length(i):
-        return len(sequences[i]["prompt_ids"]) + len(sequences[i]["completion_ids"])
-    for i in sorted(range(len(sequences)), key=lambda i: -length(i)):
-        r = load.index(min(load))
-        shares[r].append(sequences[i])
-        load[r] += length(i)
-    return shares[rank]
-
-
-def sum_over_ranks(params, numbers, world):
-    """Sum every rank's gradients of `params` and the float `numbers` (loss, entropy, token counts)
-    in ONE all_reduce. A parameter this rank gave no gradient contributes zeros. Returns the summed
-    numbers; the gradients are replaced by the sums."""
-    if world == 1:
-        return numbers
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    pieces = [g.flatten().float() for g in grads]
-    pieces.append(torch.tensor(numbers, device=grads[0].device))
-    flat = torch.cat(pieces)
-    dist.all_reduce(flat)
-    offset = 0
-    for p in params:
-        p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
-        offset += p.numel()
-    return flat[offset:].tolist()
-
-
-def broadcast_member(model, name, src, world):
-    """Adapter `name` from rank src to every rank as one flat tensor."""
-    params = population.trainable_params(model, name)
-    with torch.no_grad():
-        flat = torch.nn.utils.parameters_to_vector(params)
-        if world > 1:
-            dist.broadcast(flat, src=src)
-            torch.nn.utils.vector_to_parameters(flat, params)
 
 
 def derive_seed(*parts):
@@ -665,9 +581,11 @@ def assign_rewards(proposals, attempts, cfg, novel=None):
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
         if cfg["teacher_reward"] == "opensir":
-            p["reward"] = variants.opensir_teacher_reward(p["valid"], p["solve_rate"], novel.get(k, 1.0), cfg)
+            novel_k = novel.get(k, 1.0)
+            p["reward"] = variants.opensir_teacher_reward(p["valid"], p["solve_rate"], novel_k, cfg)
         elif cfg["teacher_reward"] == "populora":
-            p["reward"] = teacher_reward(p["valid"], p["solve_rate"], cfg["teacher_reward_unsolved"])
+            unsolved = cfg["teacher_reward_unsolved"]
+            p["reward"] = teacher_reward(p["valid"], p["solve_rate"], unsolved)
 
 
 def assign_soar(proposals, matches, gains):
@@ -681,7 +599,8 @@ def assign_soar(proposals, matches, gains):
 
 
 def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
-    """One AdamW step per member (SPEC §5): teachers on their proposals, students on their attempts.
+    """One AdamW step per member (SPEC §5): teachers on their proposals, students on their
+    attempts.
     Every rank trains every member on its share of that member's sequences. Returns stats per
     member."""
     stats = {}
@@ -697,7 +616,8 @@ def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
 
 def soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank, world, engine,
                 step, generate, check, probe, probe_rates, times):
-    """teacher_reward=soar's update (SPEC §5 otherwise unchanged): the students go first, their probe
+    """teacher_reward=soar's update (SPEC §5 otherwise unchanged): the students go first, their
+    probe
     pass rates are measured before (when not known from the last step: a new child) and after, and
     each teacher is paid its matched student's gain before its own update. probe_rates {(name, id):
     rate} is updated in place. Returns stats per member."""
@@ -750,7 +670,8 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
     """SPEC §7: rank 0 plans the children (evolve.replacement_step) and writes them into their
     slots; the plan and the children's weights go to every rank (the only weight broadcast of a
     run). Every rank holds every member's optimizer state (SPEC §9), so each resets a child's
-    state, or copies it per module from its donor parent, on its own. Returns (children, next id)."""
+    state, or copies it per module from its donor parent, on its own. Returns (children, next
+    id)."""
     children = None
     if rank == 0:
         adapters = {m["name"]: population.get_adapter(model, m["name"]) for m in members}
@@ -759,7 +680,7 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
         for child in children:
             population.set_adapter(model, child["name"], child.pop("adapter"))
             child["reason"] = child.pop("info").get("reason", "")
-    children = broadcast_object(children, 0, world)
+    children = distributed.broadcast_object(children, 0, world)
     # the donors' states before any slot is reset (a donor may itself be replaced in this event)
     donors = set()
     for child in children:
@@ -768,7 +689,7 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
     # parameter order of every member's optimizer
     keys = list(population.get_adapter(model, members[0]["name"]))
     for child in children:
-        broadcast_member(model, child["name"], 0, world)
+        distributed.broadcast_member(model, child["name"], 0, world)
         optimizers[child["name"]] = make_optimizer(child["name"])
         module_donor = child["optimizer_donors"] or {}
         copied = {}
@@ -811,7 +732,8 @@ def load_population(cfg, roles, dtype, device, checkpointing):
 
 def restore(resume, model, members, optimizers, rng, cfg):
     """Every rank reads the same checkpoint: weights, optimizer states, ratings, lineage and RNG
-    states in place. Returns (archive, the step to start at, the next member id, the saved state)."""
+    states in place. Returns (archive, the step to start at, the next member id, the saved
+    state)."""
     try:
         state, problems = population.load_checkpoint(resume, model, members, optimizers)
     except ValueError as e:
@@ -822,7 +744,8 @@ def restore(resume, model, members, optimizers, rng, cfg):
 
 
 def upgrade_archive(problems, cfg):
-    """An archive saved before problems carried their gold encodings (verify.py grades against those):
+    """An archive saved before problems carried their gold encodings (verify.py grades against
+    those):
     each such problem is validated again and gets its gold; one no longer valid is dropped. A current
     archive comes back unchanged, nothing run."""
     upgraded = {}
@@ -851,7 +774,7 @@ def main(cfg):
         print(plan.table(memory))
         print(json.dumps(memory))
         return memory
-    rank, world, device = setup_distributed(cfg)
+    rank, world, device = distributed.setup_distributed(cfg)
     dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
     checkpointing = cfg["gradient_checkpointing"]
     if checkpointing is None:
@@ -868,8 +791,9 @@ def main(cfg):
     def check(fn, jobs):
         # sandbox work (validate or grade) split over ranks, gathered back on every rank
         with timed(times, "verify"):
-            return split_run(lambda share: run_verify(fn, share, cfg["validate_timeout"]), jobs,
-                             rank, world)
+            def verify_part(part):
+                return run_verify(fn, part, cfg["validate_timeout"])
+            return distributed.split_run(verify_part, jobs, rank, world)
 
     times = dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
     # the related-systems options' state: LEEPS's portfolio counts (checkpointed), SOAR's probe set
@@ -921,7 +845,7 @@ def main(cfg):
     if rank == 0:
         wandb_run = logs.start_logs(cfg, paths, start, world, resume)
     logs.print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, "
-                f"{engine['kind']} engine, gradient checkpointing {'on' if checkpointing else 'off'}, "
+                f"{engine['kind']} engine, gradient checkpointing {checkpointing}, "
                 f"steps {start}..{cfg['steps']}")
     started = time.time()
 
@@ -935,7 +859,7 @@ def main(cfg):
             # ONE batched call per phase, split over ranks; seeds reproducible after a resume
             seed = derive_seed(cfg["seed"], step, rank, purpose)
             with timed(times, "generate"):
-                return split_run(lambda share: engines.generate(
+                return distributed.split_run(lambda share: engines.generate(
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
@@ -954,7 +878,7 @@ def main(cfg):
         decisions = None
         if rank == 0:
             decisions = plan_step(cfg, members, teachers, students, problems, rng)
-        slots, matches, shown = broadcast_object(decisions, 0, world)
+        slots, matches, shown = distributed.broadcast_object(decisions, 0, world)
 
         # ---- ALGO 2: propose
         proposals = propose(slots, shown, problems, tokenizer, cfg, generate)
@@ -969,7 +893,7 @@ def main(cfg):
         topups = None
         if rank == 0:
             topups = pick_topups(matches, proposals, problems, step, cfg, rng, embed, leeps_stats)
-        topups = broadcast_object(topups, 0, world)
+        topups = distributed.broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
         # ---- ALGO 5: grade
@@ -979,8 +903,9 @@ def main(cfg):
         novel = None
         if cfg["teacher_reward"] == "opensir":
             if rank == 0:
-                novel = variants.novelty_of(proposals, problems, embed, cfg["opensir_neighbours"], step)
-            novel = broadcast_object(novel, 0, world)
+                neighbours = cfg["opensir_neighbours"]
+                novel = variants.novelty_of(proposals, problems, embed, neighbours, step)
+            novel = distributed.broadcast_object(novel, 0, world)
         assign_rewards(proposals, attempts, cfg, novel)
         if cfg["topup"] == "leeps":
             variants.record_outcomes(attempts, cfg["leeps_history"], leeps_stats)

@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = ("train.py", "population.py", "engines.py", "archive.py", "logs.py", "ratings.py", "plan.py",
-         "variants.py",
+         "variants.py", "distributed.py",
          "evolve.py", "verify.py", "prompts.py", "sandbox.py", "encoding.py", "evaluate.py", "graders.py",
          "report.py", "tinyworld.py")
 

@@ -15,6 +15,7 @@ import torch
 
 from conftest import FIXTURES_DIR, ROOT, peak_live_bytes
 import archive
+import distributed
 import engines
 import logs
 import population
@@ -127,7 +128,7 @@ def test_rank_shares_are_balanced_and_cover_the_batch():
     rng = random.Random(0)
     sequences = [dict(prompt_ids=[0] * rng.randrange(1, 100), completion_ids=[1] * rng.randrange(1, 100), k=i)
                  for i in range(50)]
-    shares = [train.rank_share(sequences, r, 3) for r in range(3)]
+    shares = [distributed.rank_share(sequences, r, 3) for r in range(3)]
     assert sorted(s["k"] for share in shares for s in share) == list(range(50))
     tokens = [sum(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in share) for share in shares]
     assert max(tokens) - min(tokens) <= 200  # greedy longest-first: within one sequence of each other
