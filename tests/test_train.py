@@ -183,6 +183,22 @@ def test_one_teacher_one_student_with_seed_archive(tiny_dir, tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- the algorithm
 
+@pytest.mark.parametrize("valid, rate, expected", [
+    (False, None, -1.0),    # invalid or badly formatted
+    (True, 0.25, 0.75),     # 1 - p inside (0, 1)
+    (True, 1.0, 0.0),       # always solved: too easy
+    (True, 0.0, -0.3),      # never solved: teacher_reward_unsolved (here -0.3)
+])
+def test_teacher_reward(valid, rate, expected):
+    assert train.teacher_reward(valid, rate, -0.3) == pytest.approx(expected)
+
+
+def test_student_reward():
+    assert train.student_reward(True, True) == 1.0
+    assert train.student_reward(False, True) == -0.5
+    assert train.student_reward(False, False) == -1.0
+
+
 def test_trr_advantages_per_group():
     rewards = [1.0, -0.5, -1.0, 1.0, -1.0, -1.0, 0.3]
     groups = [("s", "code_i")] * 3 + [("s", "code_o")] + [("t", "code_i")] * 2 + [("t", "code_f")]
