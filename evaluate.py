@@ -1,33 +1,44 @@
 """
-Greedy pass@1 of every member of a PopuLoRA checkpoint, the base model and a baseline run on the paper's ten
-benchmarks (SPEC §11), with AZR's evaluation protocol (reference/eval.md); `report` draws the training dynamics.
+Greedy pass@1 of every member of a PopuLoRA checkpoint, the base model and a baseline run on the
+paper's ten benchmarks (SPEC §11), with AZR's evaluation protocol (reference/eval.md); `report`
+draws the training dynamics.
 
-  python evaluate.py --ckpt out/step_000200 --benchmarks all --data_dir ../shared/benchmarks [--limit N]
-  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200 --data_dir ../shared/benchmarks
-  python evaluate.py report out [out-base]           # PNG figures + report.md from metrics.jsonl (report.py)
-  python evaluate.py selfcheck --data_dir ../shared/benchmarks   # gold answers / canonical solutions, one JSON line
-  python evaluate.py --ckpt out/tiny/step_000060 --benchmarks tiny   # the laptop world, held out
+  python evaluate.py --ckpt out/step_000200 --benchmarks all --data_dir ../shared/benchmarks \
+      [--limit N]
+  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200 \
+      --data_dir ../shared/benchmarks
+  # PNG figures + report.md from metrics.jsonl (report.py)
+  python evaluate.py report out [out-base]
+  # gold answers / canonical solutions, one JSON line
+  python evaluate.py selfcheck --data_dir ../shared/benchmarks
+  # the laptop world, held out
+  python evaluate.py --ckpt out/tiny/step_000060 --benchmarks tiny
 
-Code: HumanEval+ and MBPP+ (EvalPlus's chat prompt as AZR's converted checkpoints render it, 768 new tokens;
-"+" = base and plus tests pass), LiveCodeBench release_v5 (AZR's <think> prompt, public + private tests).
-Math: AIME 24/25, AMC 23, MATH-500, Minerva, OlympiadBench (AZR's six) and GSM8K (PopuLoRA's seventh): AZR's
-<think>/<answer> prompt and answer extraction. Grading (math-verify, the sandboxed tests) is in graders.py.
+Code: HumanEval+ and MBPP+ (EvalPlus's chat prompt as AZR's converted checkpoints render it, 768 new
+tokens; "+" = base and plus tests pass), LiveCodeBench release_v5 (AZR's <think> prompt, public +
+private tests).
+Math: AIME 24/25, AMC 23, MATH-500, Minerva, OlympiadBench (AZR's six) and GSM8K (PopuLoRA's
+seventh): AZR's <think>/<answer> prompt and answer extraction. Scoring (math-verify, the sandboxed
+tests) is in graders.py.
 Tiny (not in "all"): the laptop world's held-out problems (tinyworld.heldout_benchmark: 30 per
 task type, from a generator seed the warm start never used, no program it ever showed), in the
 students' own prompt (verify.student_prompt); answers parsed and graded by verify.py in the sandbox
 against golds computed there at load time; data_dir/tiny.jsonl when present, else generated once
 into --model_cache.
-All members, the base and the baseline's adapter share one engine and one batched engines.generate call per
-benchmark: the base is an extra LoRA slot left at its zero init (B = 0 is exactly the base), the baseline's
-adapter is loaded into another slot (same base model and LoRA shape required).
-Deviations: (1) the math prompt ends in "Assistant: <think>" like the training prompts; the azr_boxed hint
-wording is ours; (2) the answer is the content of the \\boxed{} (AZR keeps the wrapper, which strip_string's
-trailing-\\text rule then breaks: "\\boxed{\\text{Evelyn}}" loses its closing brace); (3) Minerva golds get the
-same strip_string (without units) as predictions: AZR normalises only the prediction, so its spaces vanish on
-one side ("\\omega i" -> "\\omegai") and 11 golds cannot match themselves; (4) EvalPlus's tree-sitter sanitiser
-is replaced by an ast pass keeping imports, defs, classes and assignments; (5) EvalPlus's stop string is applied
-after generation (engines.generate has no stop strings).
-Not covered: pass@k > 1, LiveCodeBench date windows, EvalPlus's base-model (no chat template) prompt.
+All members, the base and the baseline's adapter share one engine and one batched engines.generate
+call per benchmark: the base is an extra LoRA slot left at its zero init (B = 0 is exactly the
+base), the baseline's adapter is loaded into another slot (same base model and LoRA shape
+required).
+Deviations: (1) the math prompt ends in "Assistant: <think>" like the training prompts; the
+azr_boxed hint wording is ours; (2) the answer is the content of the \\boxed{} (AZR keeps the
+wrapper, which strip_string's trailing-\\text rule then breaks: "\\boxed{\\text{Evelyn}}" loses its
+closing brace); (3) Minerva golds get the same strip_string (without units) as predictions: AZR
+normalises only the prediction, so its spaces vanish on one side ("\\omega i" -> "\\omegai") and 11
+golds cannot match themselves; (4) EvalPlus's tree-sitter sanitiser is replaced by an ast pass
+keeping imports, defs, classes and assignments; (5) EvalPlus's stop string is applied after
+generation (engines.generate has no stop strings).
+Not covered: pass@k > 1, LiveCodeBench date windows, EvalPlus's base-model (no chat template)
+prompt.
 """
 import base64
 import json
@@ -47,9 +58,9 @@ from verify import TASKS
 # -----------------------------------------------------------------------------
 config = dict(
     ckpt="",                    # checkpoint folder of the population run (out/step_000200)
-    baseline_ckpt="",           # checkpoint of the single-agent baseline run (same base model and LoRA shape)
+    baseline_ckpt="",           # checkpoint of the single-agent baseline (same base, LoRA shape)
     benchmarks="all",           # comma-separated names, or all / code / math
-    data_dir="",                # folder with the benchmark JSONL files; "" = download (needs network + datasets)
+    data_dir="",                # folder of benchmark JSONL files; "" = download (network, datasets)
     limit=0,                    # first N items of each benchmark; 0 = all
     out="",                     # folder for eval.json / eval.md; "" = the checkpoint folder
     model="",                   # base model override; "" = the one recorded in the checkpoint
@@ -62,14 +73,14 @@ config = dict(
     lcb_tokens=8096,            # new tokens per LiveCodeBench answer (AZR)
     evalplus_tokens=768,        # new tokens per HumanEval+/MBPP+ answer (EvalPlus)
     math_prompt="azr_boxed",    # azr | azr_boxed (AZR used azr_boxed for AZR-Coder-7B)
-    math_timeout=3.0,           # seconds per math-verify comparison (AZR: 3); a timeout scores wrong
+    math_timeout=3.0,           # seconds per math-verify check (AZR: 3); a timeout scores wrong
     min_time_limit=10.0,        # EvalPlus per-input limit floor, seconds (AZR: --min-time-limit 10)
     time_limit_factor=8.0,      # EvalPlus per-input limit = factor x reference time (AZR: 8)
-    task_timeout=60.0,          # EvalPlus cap on one base/plus run, seconds (EVALPLUS_TIMEOUT_PER_TASK)
+    task_timeout=60.0,          # EvalPlus cap per base/plus run, s (EVALPLUS_TIMEOUT_PER_TASK)
     lcb_timeout=60.0,           # LiveCodeBench limit per test, seconds (AZR: --timeout 60)
-    reference_timeout=300.0,    # seconds for computing a task's expected outputs from its canonical solution
+    reference_timeout=300.0,    # seconds to run a canonical solution for its expected outputs
     memory_mb=4096,             # address-space limit of a sandboxed program, MiB (EvalPlus: 4 GiB)
-    workers=0,                  # math grading processes; 0 = cpu count
+    workers=0,                  # math scoring processes; 0 = cpu count
     seed=2,                     # generation seed (greedy, so only ties care)
     tiny_tokens=256,            # new tokens per tiny-world answer (the warm start's are < 150)
     model_cache="out/.tiny",    # where the tiny / tiny-warm bases and tiny.jsonl are built once
@@ -78,25 +89,35 @@ config = dict(
 )
 
 CODE = ("humanevalplus", "mbppplus", "livecodebench")
-MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench")  # AZR's Math Avg
-MATH7 = MATH6 + ("gsm8k",)                                                        # PopuLoRA adds GSM8K
+# AZR's Math Avg
+MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench")
+# PopuLoRA adds GSM8K
+MATH7 = MATH6 + ("gsm8k",)
 BENCHMARKS = CODE + MATH7
 TINY = "tiny"                                  # the laptop world's held-out set
-# where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split); EvalPlus's own
-# release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's raw files (release_v5 = 1..5)
-SOURCES = {"aime24": ("HuggingFaceH4/aime_2024", None, "train"), "aime25": ("math-ai/aime25", None, "test"),
-           "amc23": ("math-ai/amc23", None, "test"), "math500": ("HuggingFaceH4/MATH-500", None, "test"),
-           "minerva_math": ("math-ai/minervamath", None, "test"), "gsm8k": ("openai/gsm8k", "main", "test"),
-           "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
-           "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/"
-                            "HumanEvalPlus.jsonl.gz",
-           "mbppplus": "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/MbppPlus.jsonl.gz",
-           "livecodebench": ("livecodebench/code_generation_lite",
-                             ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)])}
-R1 = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. The "
-      "assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
-      "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, "
-      "respectively, i.e., <think> reasoning process here </think> <answer> answer here </answer>.")
+# where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split);
+# EvalPlus's own release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's
+# raw files (release_v5 = 1..5)
+SOURCES = {
+    "aime24": ("HuggingFaceH4/aime_2024", None, "train"),
+    "aime25": ("math-ai/aime25", None, "test"),
+    "amc23": ("math-ai/amc23", None, "test"),
+    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
+    "minerva_math": ("math-ai/minervamath", None, "test"),
+    "gsm8k": ("openai/gsm8k", "main", "test"),
+    "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+    "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/"
+                     "HumanEvalPlus.jsonl.gz",
+    "mbppplus": "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/"
+                "MbppPlus.jsonl.gz",
+    "livecodebench": ("livecodebench/code_generation_lite",
+                      ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)]),
+}
+R1 = ("A conversation between User and Assistant. The user asks a question, and the Assistant "
+      "solves it. The assistant first thinks about the reasoning process in the mind and then "
+      "provides the user with the answer. The reasoning process and answer are enclosed within "
+      "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning "
+      "process here </think> <answer> answer here </answer>.")
 
 
 def parse_config(defaults, argv):
@@ -109,17 +130,24 @@ def check_config(cfg):
     for key, allowed in (("math_prompt", ("azr", "azr_boxed")), ("engine", ("vllm", "hf", "auto"))):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {', '.join(allowed)}")
-    for key, value in cfg.items():   # budgets must be > 0; counts (limit, workers) and the seed >= 0
-        positive = key.endswith(("timeout", "time_limit", "factor", "tokens", "len", "memory_mb", "utilization"))
-        if isinstance(value, (int, float)) and (value <= 0 if positive else value < 0):
-            raise SystemExit(f"--{key} {value}: must be {'> 0' if positive else '>= 0'}")
+    # budgets must be > 0; counts (limit, workers) and the seed >= 0
+    budgets = ("timeout", "time_limit", "factor", "tokens", "len", "memory_mb", "utilization")
+    for key, value in cfg.items():
+        if not isinstance(value, (int, float)):
+            continue
+        if key.endswith(budgets) and value <= 0:
+            raise SystemExit(f"--{key} {value}: must be > 0")
+        if not key.endswith(budgets) and value < 0:
+            raise SystemExit(f"--{key} {value}: must be >= 0")
     benchmark_names(cfg["benchmarks"])
     return cfg
 
 
 def benchmark_names(spec):
-    names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec) or [s.strip() for s in spec.split(",")
-                                                                           if s.strip()]
+    """all / code / math, or comma-separated names -> [name]; an unknown name stops here."""
+    names = {"all": BENCHMARKS, "code": CODE, "math": MATH7}.get(spec)
+    if not names:
+        names = [part.strip() for part in spec.split(",") if part.strip()]
     unknown = [n for n in names if n not in BENCHMARKS and n != TINY]
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}, {TINY} "
@@ -138,12 +166,15 @@ def _records(name, data_dir, cache_dir="out/.tiny"):
     if data_dir:
         path = os.path.join(data_dir, f"{name}.jsonl")
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{name}: no data file {path} (see ../shared/benchmarks/README.md for the format)")
+            raise FileNotFoundError(f"{name}: no data file {path} "
+                                    "(see ../shared/benchmarks/README.md for the format)")
         rows = []
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 try:
-                    rows += [json.loads(line)] if line.strip() else []
+                    rows.append(json.loads(line))
                 except ValueError as e:
                     raise SystemExit(f"{path} line {n} is not JSON: {e}") from None
         return rows
@@ -151,8 +182,9 @@ def _records(name, data_dir, cache_dir="out/.tiny"):
     if isinstance(source, str):   # EvalPlus release asset
         import gzip
         import urllib.request
-        with urllib.request.urlopen(source, timeout=120) as r:
-            return [json.loads(line) for line in gzip.decompress(r.read()).decode().splitlines() if line.strip()]
+        with urllib.request.urlopen(source, timeout=120) as response:
+            text = gzip.decompress(response.read()).decode()
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
     if name == "livecodebench":
         from huggingface_hub import hf_hub_download
         rows = []
@@ -163,7 +195,8 @@ def _records(name, data_dir, cache_dir="out/.tiny"):
     try:
         import datasets   # optional: only needed without --data_dir
     except ImportError:
-        raise SystemExit(f"{name}: no --data_dir given and the `datasets` package is not installed") from None
+        raise SystemExit(f"{name}: no --data_dir given and the `datasets` package is not "
+                         "installed") from None
     return [dict(r) for r in datasets.load_dataset(source[0], source[1], split=source[2])]
 
 
@@ -184,13 +217,16 @@ def _last_boxed(text):
 
 
 def _unbox(text):
+    """The content of the last \\boxed{...}, or "" without one."""
     box = _last_boxed(text or "")
-    return box[box.index("{") + 1:-1] if box else ""
+    if not box:
+        return ""
+    return box[box.index("{") + 1:-1]
 
 
-def _lcb_tests(field):
-    """LCB test lists are JSON text, or base64(zlib(pickle(JSON text))). The pickle holds one str; a restricted
-    unpickler that resolves no globals keeps a hostile file from running code."""
+def decode_lcb_tests(field):
+    """LCB test lists are JSON text, or base64(zlib(pickle(JSON text))). The pickle holds one str; a
+    restricted unpickler that resolves no globals keeps a hostile file from running code."""
     import io
     import pickle
     try:
@@ -203,10 +239,11 @@ def _lcb_tests(field):
 
 
 def load_benchmark(name, data_dir, limit=0, cache_dir="out/.tiny"):
-    """Plain dicts with "id" and what prompting and grading need: math {"question", "gold"} (gold before
-    normalisation); EvalPlus {"prompt", "entry_point", "canonical", "base_input", "plus_input", "atol"};
-    LCB {"question", "starter_code", "fn_name" (None = stdin), "tests": [{"input", "output"}]};
-    tiny {"task", "problem"} (the row plus verify.validate's normalised program and gold)."""
+    """Plain dicts with "id" and what prompting and scoring need: math {"question", "gold"} (gold
+    before normalisation); EvalPlus {"prompt", "entry_point", "canonical", "base_input",
+    "plus_input", "atol"}; LCB {"question", "starter_code", "fn_name" (None = stdin), "tests":
+    [{"input", "output"}]}; tiny {"task", "problem"} (the row plus verify.validate's normalised
+    program and gold)."""
     try:
         rows = _records(name, data_dir, cache_dir)[:limit or None]
         if name == TINY:
@@ -219,7 +256,7 @@ def load_benchmark(name, data_dir, limit=0, cache_dir="out/.tiny"):
 def _tiny_items(rows):
     """Tiny rows (tinyworld.problem_rows) validated in the sandbox, one batched call per task type:
     the problem is the row's proposal plus every key of the verifier's result but valid/reason (the
-    gold output(s) and whatever else grading needs)."""
+    gold output(s) and whatever else scoring needs)."""
     keys = {"code_i": ("program", "input"), "code_o": ("program", "input"),
             "code_f": ("program", "inputs", "message")}
     items = [None] * len(rows)
@@ -248,13 +285,16 @@ def _items(name, rows):
                               plus_input=inputs[1], atol=float(r.get("atol") or 0)))
         elif name == "livecodebench":
             meta = json.loads(r.get("metadata") or "{}")
-            tests = _lcb_tests(r["public_test_cases"]) + _lcb_tests(r["private_test_cases"])
+            tests = decode_lcb_tests(r["public_test_cases"])
+            tests += decode_lcb_tests(r["private_test_cases"])
             items.append(dict(id=r["question_id"], question=r["question_content"],
-                              starter_code=r.get("starter_code") or "", fn_name=meta.get("func_name"),
+                              starter_code=r.get("starter_code") or "",
+                              fn_name=meta.get("func_name"),
                               tests=[{"input": t["input"], "output": t["output"]} for t in tests]))
         else:
             if name in ("math500", "minerva_math"):
-                gold = _unbox(r.get("solution")) or str(r.get("answer", ""))   # AZR: last \boxed{} of the solution
+                # AZR: the last \boxed{} of the solution
+                gold = _unbox(r.get("solution")) or str(r.get("answer", ""))
             elif name == "gsm8k":
                 gold = r["answer"].split("####")[-1].strip()
             elif name == "olympiadbench":
@@ -266,15 +306,37 @@ def _items(name, rows):
     return items
 
 
-# EvalPlus stores MBPP+ inputs as JSON; these tasks take tuples/sets/complex (evalplus/data/mbpp.py facts)
-_MBPP_TUPLE_ARGS = {2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726, 740,
-                    744, 809}
+# EvalPlus stores MBPP+ inputs as JSON; these tasks take tuples/sets/complex (evalplus/data/mbpp.py
+# facts)
+_MBPP_TUPLE_ARGS = {2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596,
+                    616, 630, 726, 740, 744, 809}
 _MBPP_TUPLE_LISTS = {63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780}
 
 
+def _deep_tuple(value):
+    """Lists at every depth -> tuples."""
+    if isinstance(value, list):
+        return tuple(_deep_tuple(e) for e in value)
+    return value
+
+
+def _set_or_empty_dict(x):
+    # EvalPlus turns an empty list into {} (a dict), kept as is
+    if isinstance(x, list) and x:
+        return set(x)
+    return {}
+
+
+def _tuple_if_list(x):
+    if isinstance(x, list):
+        return tuple(x)
+    return x
+
+
 def _mbpp_types(task_id, inputs):
+    """An MBPP+ task's inputs (JSON lists) with the tuples, sets and complex numbers its function
+    takes."""
     n = int(task_id.split("/")[-1])
-    deep = lambda v: tuple(deep(e) for e in v) if isinstance(v, list) else v   # noqa: E731
     if n in _MBPP_TUPLE_ARGS:
         return [[tuple(a) for a in inp] for inp in inputs]
     if n in _MBPP_TUPLE_LISTS:
@@ -283,8 +345,8 @@ def _mbpp_types(task_id, inputs):
         return [[[tuple(x) for x in inp[0]], inp[1]] for inp in inputs]
     if n in (106, 750):
         return [[inp[0], tuple(inp[1])] for inp in inputs]
-    if n == 115:   # EvalPlus turns an empty list into {} (a dict), kept as is
-        return [[[set(x) if isinstance(x, list) and x else {} for x in inp[0]]] for inp in inputs]
+    if n == 115:
+        return [[[_set_or_empty_dict(x) for x in inp[0]]] for inp in inputs]
     if n == 124:
         return [(float(inp[0]), complex(inp[1])) for inp in inputs]
     if n in (250, 405, 446, 617, 720, 763, 808):
@@ -292,7 +354,7 @@ def _mbpp_types(task_id, inputs):
     if n in (259, 401, 445):
         return [[tuple(tuple(x) for x in a) for a in inp] for inp in inputs]
     if n == 278:
-        return [[tuple(tuple(x) if isinstance(x, list) else x for x in inp[0])] for inp in inputs]
+        return [[tuple(_tuple_if_list(x) for x in inp[0])] for inp in inputs]
     if n == 307:
         return [[tuple(inp[0]), inp[1], inp[2]] for inp in inputs]
     if n == 722:
@@ -300,33 +362,36 @@ def _mbpp_types(task_id, inputs):
     if n == 252:
         return [[complex(inp[0])] for inp in inputs]
     if n in (580, 615, 791):
-        return [deep(inp) for inp in inputs]
+        return [_deep_tuple(inp) for inp in inputs]
     return inputs
 
-# ----------------------------------------------------------------------------- prompts and answer extraction
+# -------------------------------------------------------------------- prompts and answer extraction
 
 
 def make_prompt(name, item, cfg):
-    """AZR's evaluation prompts (reference/eval.md §3): R1 <think>/<answer> for math and LCB; EvalPlus's
-    instruction + primed python fence (as AZR's converted checkpoints' plain chat template renders it);
-    tiny: the student prompt of training (verify.student_prompt)."""
+    """AZR's evaluation prompts (reference/eval.md §3): R1 <think>/<answer> for math and LCB;
+    EvalPlus's instruction + primed python fence (as AZR's converted checkpoints' plain chat
+    template renders it); tiny: the student prompt of training (verify.student_prompt)."""
     if name == TINY:
         return verify.student_prompt(item["task"], item["problem"])
     if name in CODE[:2]:
-        return ("Please provide a self-contained Python script that solves the following problem in a markdown code "
-                f"block:\n```\n{item['prompt'].strip()}\n```\n\nBelow is a Python script with a self-contained "
-                "function that solves the problem and passes corresponding tests:\n```python\n")
+        return ("Please provide a self-contained Python script that solves the following problem "
+                f"in a markdown code block:\n```\n{item['prompt'].strip()}\n```\n\nBelow is a "
+                "Python script with a self-contained function that solves the problem and passes "
+                "corresponding tests:\n```python\n")
     if name == "livecodebench":
         if item["fn_name"]:
-            fmt = ("You will use the following starter code to write the solution to the problem and enclose your "
-                   f"code within delimiters.\n```python\n{item['starter_code']}\n```")
+            fmt = ("You will use the following starter code to write the solution to the problem "
+                   "and enclose your code within delimiters.\n```python\n"
+                   f"{item['starter_code']}\n```")
         else:
-            fmt = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test "
-                   "on the sample inputs). Enclose your code within delimiters as follows. Ensure that when the python "
-                   "program runs, it reads the inputs, runs the algorithm and writes output to STDOUT.\n"
+            fmt = ("Read the inputs from stdin solve the problem and write the answer to stdout "
+                   "(do not directly test on the sample inputs). Enclose your code within "
+                   "delimiters as follows. Ensure that when the python program runs, it reads the "
+                   "inputs, runs the algorithm and writes output to STDOUT.\n"
                    "```python\n# YOUR CODE HERE\n```")
-        task = ("You will be given a question (problem specification) and will generate a correct Python program "
-                "that matches the specification and passes all tests.\n\n"
+        task = ("You will be given a question (problem specification) and will generate a correct "
+                "Python program that matches the specification and passes all tests.\n\n"
                 f"Question: {item['question']}\n\n{fmt}")
         return f"{R1} User: {task}\nAssistant: <think>"
     question = item["question"]
@@ -340,9 +405,10 @@ def make_prompt(name, item, cfg):
 
 
 def extract_math(response):
-    """AZR's extract_azr_answer: the last <answer>, its last \\boxed{} if it has one; else the last \\boxed{}
-    anywhere; else the first \\[ ... \\]; else "" (wrong). Returns the box's content: strip_string's trailing
-    \\text rule would otherwise eat the wrapper's closing brace ([ours]; AZR keeps the \\boxed)."""
+    """AZR's extract_azr_answer: the last <answer>, its last \\boxed{} if it has one; else the last
+    \\boxed{} anywhere; else the first \\[ ... \\]; else "" (wrong). Returns the box's content:
+    strip_string's trailing \\text rule would otherwise eat the wrapper's closing brace ([ours]; AZR
+    keeps the \\boxed)."""
     if "<answer>" in response:
         text = response.split("<answer>")[-1].split("</answer>")[0]
         if "boxed" not in text:
@@ -350,21 +416,26 @@ def extract_math(response):
         return _unbox(text)
     if "boxed" in response:
         return _unbox(response)
-    m = re.search(r"\\\[(.*?)\\\]", response, re.S)
-    return m.group(1).strip() if m else ""
+    match = re.search(r"\\\[(.*?)\\\]", response, re.S)
+    if match is None:
+        return ""
+    return match.group(1).strip()
 
 
 def extract_code(name, response):
-    """EvalPlus: the completion continues an open ```python fence: cut at the closing fence, keep the longest prefix
-    that parses, then only imports/defs/classes/assignments (drops demo prints and asserts). LCB: the last
-    ```python block inside <answer> (or the whole answer when it has no fence)."""
+    """EvalPlus: the completion continues an open ```python fence: cut at the closing fence, keep
+    the longest prefix that parses, then only imports/defs/classes/assignments (drops demo prints
+    and asserts). LCB: the last ```python block inside <answer> (or the whole answer when it has no
+    fence)."""
     import ast
     if name == "livecodebench":
         if "<answer>" not in response:
             return ""
         answer = response.split("<answer>")[-1].split("</answer>")[0]
         blocks = re.findall(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", answer, re.S)
-        return blocks[-1] if blocks else answer.strip()
+        if not blocks:
+            return answer.strip()
+        return blocks[-1]
     lines = response.split("```")[0].split("\n")
     for cut in range(len(lines), 0, -1):
         try:
@@ -373,8 +444,8 @@ def extract_code(name, response):
             continue
         except (RecursionError, MemoryError):
             return ""
-        keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-                ast.AnnAssign)
+        keep = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                ast.Assign, ast.AnnAssign)
         tree.body = [node for node in tree.body if isinstance(node, keep)]
         try:
             return ast.unparse(tree)
@@ -388,7 +459,7 @@ def extract_tiny(task, response):
     return verify.parse_student(task, response) or ""
 
 
-def grade_tiny(items, answers):
+def score_tiny(items, answers):
     """Tiny answers [(item index, answer)] graded by verify.grade in the sandbox, one call per task
     type, with the validated problem (its gold) plus the answer; "" is a format error."""
     verdicts = [None] * len(answers)
@@ -398,33 +469,54 @@ def grade_tiny(items, answers):
         for n in index:
             k, answer = answers[n]
             attempts.append(dict(items[k]["problem"], answer=answer or None))
-        for n, result in zip(index, verify.grade(task, attempts) if attempts else []):
+        if not attempts:
+            continue
+        # the training verifier's verdict on each answer
+        for n, result in zip(index, verify.grade(task, attempts)):
             verdicts[n] = {"correct": bool(result["correct"]), "reason": result["reason"]}
     return verdicts
 
 
-def grade(name, items, answers, cfg):
-    """One benchmark, many answers: [(item index, extracted answer or program)] -> [{"correct", "reason", ...}]."""
+def score(name, items, answers, cfg):
+    """One benchmark, many answers: [(item index, extracted answer or program)] -> [{"correct",
+    "reason", ...}]."""
     if name == TINY:
-        return grade_tiny(items, answers)
+        return score_tiny(items, answers)
     if name in MATH7:
-        skip = name == "minerva_math"   # AZR: no unit stripping for Minerva (deviation 3 for its golds)
-        pairs = [(graders.strip_string(items[k]["gold"], skip), graders.strip_string(a, skip) if a else "")
-                 for k, a in answers]
-        return [{"correct": c, "reason": "" if c else "not equivalent"}
-                for c in graders.grade_math(pairs, cfg["math_timeout"], cfg["workers"], name)]
+        return _score_math(name, items, answers, cfg)
     todo = [(n, k, code) for n, (k, code) in enumerate(answers) if code.strip()]
     verdicts = [{"correct": False, "base": False, "reason": "no code"} for _ in answers]
+    programs = [(k, code) for _, k, code in todo]
     if name == "livecodebench":
-        done = graders.grade_lcb(items, [(k, code) for _, k, code in todo], cfg)
+        done = graders.score_lcb(items, programs, cfg)
     else:
-        done = graders.grade_evalplus(name, items, [(k, code) for _, k, code in todo], cfg)
+        done = graders.score_evalplus(name, items, programs, cfg)
     for (n, _, _), v in zip(todo, done):
         verdicts[n] = v
     return verdicts
 
 
-# ----------------------------------------------------------------------------- evaluation of a checkpoint
+def _score_math(name, items, answers, cfg):
+    """Math answers: AZR's normalisation of gold and answer, then math-verify."""
+    # AZR: no unit stripping for Minerva (deviation 3 for its golds)
+    skip_unit = name == "minerva_math"
+    pairs = []
+    for k, answer in answers:
+        gold = graders.strip_string(items[k]["gold"], skip_unit)
+        prediction = ""
+        if answer:
+            prediction = graders.strip_string(answer, skip_unit)
+        pairs.append((gold, prediction))
+    verdicts = []
+    for correct in graders.score_math(pairs, cfg["math_timeout"], cfg["workers"], name):
+        reason = ""
+        if not correct:
+            reason = "not equivalent"
+        verdicts.append({"correct": correct, "reason": reason})
+    return verdicts
+
+
+# ----------------------------------------------------------------------- evaluation of a checkpoint
 
 
 def _state(folder, flag):
@@ -434,35 +526,53 @@ def _state(folder, flag):
         state["config"], state["members"]
         return state
     except (OSError, ValueError, KeyError, TypeError) as e:
-        steps = sorted(n for n in os.listdir(folder) if n.startswith("step_")) if os.path.isdir(folder) else []
-        hint = f"; did you mean {os.path.join(folder, steps[-1])}?" if steps else ""
-        raise SystemExit(f"--{flag} {folder!r} is not a checkpoint folder (out_dir/step_NNNNNN with state.json): "
-                         f"{e}{hint}")
+        hint = ""
+        if os.path.isdir(folder):
+            steps = sorted(n for n in os.listdir(folder) if n.startswith("step_"))
+            if steps:
+                hint = f"; did you mean {os.path.join(folder, steps[-1])}?"
+        raise SystemExit(f"--{flag} {folder!r} is not a checkpoint folder "
+                         f"(out_dir/step_NNNNNN with state.json): {e}{hint}")
 
 
 def load_rows(cfg):
-    """One engine for the checkpoint's members, the baseline's adapter and the base: two extra zero-initialised
-    "both" slots (B = 0 is exactly the base; the first is overwritten by the baseline). -> (engine, {row: slot},
-    {row: role}, state)."""
+    """One engine for the checkpoint's members, the baseline's adapter and the base: two extra
+    zero-initialised "both" slots (B = 0 is exactly the base; the first is overwritten by the
+    baseline). -> (engine, {row: slot}, {row: role}, state)."""
     state = _state(cfg["ckpt"], "ckpt")
     run, roles = state["config"], [m["role"] for m in state["members"]]
     baseline = cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")
     if baseline and baseline["config"].get("model") != run.get("model"):
-        raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base model than --ckpt")
+        raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base "
+                         "model than --ckpt")
     import importlib.util
     import torch
     import engines
     import population
     import tinyworld
     cuda = torch.cuda.is_available()
-    engine = cfg["engine"] if cfg["engine"] != "auto" else "vllm" if cuda and importlib.util.find_spec("vllm") else "hf"
-    # with vLLM our copy of the model only writes adapter files: keep it off the GPU, where vLLM holds its own
-    device = cfg["device"] or ("cuda" if cuda and engine == "hf" else "cpu")
-    dtype = cfg["dtype"] or ("bfloat16" if cuda else "float32")
+    engine = cfg["engine"]
+    if engine == "auto" and cuda and importlib.util.find_spec("vllm"):
+        engine = "vllm"
+    elif engine == "auto":
+        engine = "hf"
+    # with vLLM our copy of the model only writes adapter files: keep it off the GPU, where vLLM
+    # holds its own
+    device = cfg["device"]
+    if not device and cuda and engine == "hf":
+        device = "cuda"
+    elif not device:
+        device = "cpu"
+    dtype = cfg["dtype"]
+    if not dtype and cuda:
+        dtype = "bfloat16"
+    elif not dtype:
+        dtype = "float32"
     model_name = cfg["model"] or run["model"]
     path = tinyworld.model_folder(model_name, cfg["model_cache"])
     base, tokenizer = population.load_base(path, dtype, device)
-    model, members = population.init_population(base, tokenizer, run, roles + ["both"] * (1 + bool(baseline)))
+    extra_roles = ["both"] * (1 + bool(baseline))
+    model, members = population.init_population(base, tokenizer, run, roles + extra_roles)
     own, extra = members[:len(roles)], members[len(roles):]
     try:
         population.load_checkpoint(cfg["ckpt"], model, own, {})
@@ -471,8 +581,11 @@ def load_rows(cfg):
     except ValueError as e:
         raise SystemExit(str(e)) from None
     rows = {m["name"]: m["name"] for m in own}
-    rows.update({"baseline": extra[0]["name"]} if cfg["baseline_ckpt"] else {}, base=extra[-1]["name"])
-    engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"], seed=cfg["seed"], dtype=dtype,
+    if cfg["baseline_ckpt"]:
+        rows["baseline"] = extra[0]["name"]
+    rows["base"] = extra[-1]["name"]
+    engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"],
+                      seed=cfg["seed"], dtype=dtype,
                       gpu_memory_utilization=cfg["gpu_memory_utilization"])
     engine = engines.make_engine(engine, path, model, tokenizer, own + extra, engine_cfg)
     return engine, rows, {m["name"]: m["role"] for m in own}, state
@@ -481,47 +594,79 @@ def load_rows(cfg):
 def average(values):
     """The table's averages: the mean of the scores present (None = not run), to 2 decimals."""
     value = logs.mean(values)
-    return None if value is None else round(value, 2)
+    if value is None:
+        return None
+    return round(value, 2)
 
 
 def summarize(scores, roles):
-    """Per row: averages (code, math over AZR's six, math over seven, overall = mean of code and math-6); table
-    rows: base, baseline, population mean, best teacher, best student, weakest member (by overall)."""
-    for s in scores.values():
-        s.update(code_avg=average(s.get(b) for b in CODE), math_avg6=average(s.get(b) for b in MATH6),
-                 math_avg7=average(s.get(b) for b in MATH7))
-        s["overall"] = average([s["code_avg"], s["math_avg6"]])
-        if s["overall"] is None:   # only the tiny benchmark was run
-            s["overall"] = s.get(TINY)
+    """Per row: averages (code, math over AZR's six, math over seven, overall = mean of code and
+    math-6); table rows: base, baseline, population mean, best teacher, best student, weakest member
+    (by overall)."""
+    for row_scores in scores.values():
+        row_scores["code_avg"] = average(row_scores.get(b) for b in CODE)
+        row_scores["math_avg6"] = average(row_scores.get(b) for b in MATH6)
+        row_scores["math_avg7"] = average(row_scores.get(b) for b in MATH7)
+        row_scores["overall"] = average([row_scores["code_avg"], row_scores["math_avg6"]])
+        # only the tiny benchmark was run
+        if row_scores["overall"] is None:
+            row_scores["overall"] = row_scores.get(TINY)
     members = [r for r in roles if r in scores]
-    keys = sorted({k for r in members for k in scores[r]})
+    keys = set()
+    for r in members:
+        keys.update(scores[r])
     table = {"base": dict(scores["base"], row="base")}
     if "baseline" in scores:
         table["baseline"] = dict(scores["baseline"], row="baseline")
-    table["population mean"] = dict({k: average(scores[r].get(k) for r in members) for k in keys}, row="mean")
-    key = lambda r: scores[r]["overall"] if scores[r]["overall"] is not None else -1.0   # noqa: E731
-    for label, pool, pick in (("best teacher", "teacher", max), ("best student", "student", max),
-                              ("weakest member", None, min)):
+    mean_row = {key: average(scores[r].get(key) for r in members) for key in sorted(keys)}
+    table["population mean"] = dict(mean_row, row="mean")
+
+    def overall(r):
+        # a member without an overall ranks below every scored one
+        if scores[r]["overall"] is None:
+            return -1.0
+        return scores[r]["overall"]
+    picks = (("best teacher", "teacher", max), ("best student", "student", max),
+             ("weakest member", None, min))
+    for label, pool, pick in picks:
         candidates = [r for r in members if pool is None or roles[r] in (pool, "both")]
         if candidates:
-            r = pick(candidates, key=key)
+            r = pick(candidates, key=overall)
             table[label] = dict(scores[r], row=r)
     return table
 
 
+def _cell(value):
+    if value is None:
+        return "-"
+    return f"{value:.1f}"
+
+
 def markdown(table, names, title, skipped=()):
-    cols = list(names)
+    """eval.md: the table's rows under one column per benchmark (and tiny task type) and the
+    averages."""
+    columns = list(names)
     if TINY in names:
-        cols += [f"{TINY}_{task}" for task in TASKS]
+        columns += [f"{TINY}_{task}" for task in TASKS]
     if any(name in BENCHMARKS for name in names):
-        cols += ["code_avg", "math_avg6", "math_avg7"]
-    fmt = lambda v: "-" if v is None else f"{v:.1f}"   # noqa: E731
-    note = f" Averages cover the benchmarks shown; not evaluated (no data file): {', '.join(skipped)}." * bool(skipped)
-    lines = [f"# {title}", "", f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
-             "| | member | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
-    lines += [f"| {label} | {r['row']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |"
-              for label, r in table.items()]
+        columns += ["code_avg", "math_avg6", "math_avg7"]
+    note = ""
+    if skipped:
+        note = (" Averages cover the benchmarks shown; not evaluated (no data file): "
+                f"{', '.join(skipped)}.")
+    lines = [f"# {title}", "",
+             f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
+             "| | member | " + " | ".join(columns) + " |",
+             "|---" * (len(columns) + 2) + "|"]
+    for label, row in table.items():
+        cells = " | ".join(_cell(row.get(column)) for column in columns)
+        lines.append(f"| {label} | {row['row']} | " + cells + " |")
     return "\n".join(lines) + "\n"
+
+
+def _percent(verdicts):
+    """pass@1 in %, 2 decimals; 0 for no verdicts."""
+    return round(100.0 * sum(v["correct"] for v in verdicts) / max(1, len(verdicts)), 2)
 
 
 def _save(path, text):
@@ -530,14 +675,63 @@ def _save(path, text):
     os.replace(path + ".tmp", path)
 
 
-def evaluate(cfg):
-    """Load, generate (one batched call per benchmark for every row), grade, write eval.json and eval.md."""
+def _extract_answers(name, items, texts):
+    """The answer or program in each response; texts[n] answers items[n % len(items)]."""
+    answers = []
+    for n, text in enumerate(texts):
+        if name == TINY:
+            answers.append(extract_tiny(items[n % len(items)]["task"], text))
+        elif name in MATH7:
+            answers.append(extract_math(text))
+        else:
+            answers.append(extract_code(name, text))
+    return answers
+
+
+def _evaluate_benchmark(name, items, engine, rows, budget, cfg, scores, items_out, samples):
+    """Generate every row's answers to one benchmark, score them, and fill in scores[row],
+    items_out[name] and samples[name]."""
     import engines
+    prompts = [make_prompt(name, it, cfg) for it in items]
+    # every row answers every prompt: row j's answers are texts[j·len(items) : (j+1)·len(items)]
+    requests = []
+    for slot in rows.values():
+        requests += [(prompt, slot) for prompt in prompts]
+    outs = engines.generate(engine, requests, temperature=0.0, top_p=1.0,
+                            max_new_tokens=budget.get(name, cfg["evalplus_tokens"]),
+                            seed=cfg["seed"])
+    texts = [o["text"] for o in outs]
+    answers = _extract_answers(name, items, texts)
+    verdicts = score(name, items, [(n % len(items), a) for n, a in enumerate(answers)], cfg)
+    items_out[name] = {"ids": [it["id"] for it in items]}
+    samples[name] = {}
+    for j, row in enumerate(rows):
+        first = j * len(items)
+        part = verdicts[first:first + len(items)]
+        scores[row][name] = _percent(part)
+        items_out[name][row] = [int(v["correct"]) for v in part]
+        # pass@1 per task type too
+        if name == TINY:
+            for task in TASKS:
+                mine = [v for it, v in zip(items, part) if it["task"] == task]
+                scores[row][f"{TINY}_{task}"] = _percent(mine)
+        # the first two items: the text shows what went wrong
+        samples[name][row] = []
+        for k in range(min(2, len(items))):
+            samples[name][row].append({"id": items[k]["id"],
+                                       "response": texts[first + k][-2000:],
+                                       "answer": answers[first + k][:1000], **part[k]})
+
+
+def evaluate(cfg):
+    """Load, generate (one batched call per benchmark for every row), score, write eval.json and
+    eval.md."""
     # no benchmark code runs without filesystem isolation, unless the user accepts the risk by name
     verify.require_isolation(cfg["unsafe_sandbox_without_filesystem_isolation"])
     names = benchmark_names(cfg["benchmarks"])
     data, skipped = {}, {}
-    for name in names:   # data problems first: no model is loaded for a run that cannot finish
+    # data problems first: no model is loaded for a run that cannot finish
+    for name in names:
         try:
             data[name] = load_benchmark(name, cfg["data_dir"], cfg["limit"], cfg["model_cache"])
         except FileNotFoundError as e:
@@ -546,71 +740,70 @@ def evaluate(cfg):
             skipped[name] = str(e)
             print(f"skipping {name}: {e}", flush=True)
     engine, rows, roles, state = load_rows(cfg)
-    budget = {n: cfg["math_tokens"] for n in MATH7}   # else EvalPlus's
-    budget.update({"livecodebench": cfg["lcb_tokens"], TINY: cfg["tiny_tokens"]})
-    scores, items_out, samples = {r: {} for r in rows}, {}, {}
+    # new tokens per answer: EvalPlus's budget unless named here
+    budget = {n: cfg["math_tokens"] for n in MATH7}
+    budget["livecodebench"] = cfg["lcb_tokens"]
+    budget[TINY] = cfg["tiny_tokens"]
+    scores = {r: {} for r in rows}
+    items_out, samples = {}, {}
     for name in tqdm(list(data), desc="benchmarks"):
-        items = data[name]
-        prompts = [make_prompt(name, it, cfg) for it in items]
-        outs = engines.generate(engine, [(p, slot) for slot in rows.values() for p in prompts], temperature=0.0,
-                                   top_p=1.0, max_new_tokens=budget.get(name, cfg["evalplus_tokens"]), seed=cfg["seed"])
-        texts = [o["text"] for o in outs]
-        answers = []
-        for n, text in enumerate(texts):
-            if name == TINY:
-                answers.append(extract_tiny(items[n % len(items)]["task"], text))
-            elif name in MATH7:
-                answers.append(extract_math(text))
-            else:
-                answers.append(extract_code(name, text))
-        verdicts = grade(name, items, [(n % len(items), a) for n, a in enumerate(answers)], cfg)
-        items_out[name] = {"ids": [it["id"] for it in items]}
-        for j, row in enumerate(rows):
-            part = verdicts[j * len(items):(j + 1) * len(items)]
-            scores[row][name] = round(100.0 * sum(v["correct"] for v in part) / max(1, len(items)), 2)
-            items_out[name][row] = [int(v["correct"]) for v in part]
-            if name == TINY:   # pass@1 per task type too
-                for task in TASKS:
-                    mine = [v["correct"] for it, v in zip(items, part) if it["task"] == task]
-                    scores[row][f"{TINY}_{task}"] = round(100.0 * sum(mine) / max(1, len(mine)), 2)
-            samples.setdefault(name, {})[row] = [   # the first two items: the text shows what went wrong
-                {"id": items[k]["id"], "response": texts[j * len(items) + k][-2000:],
-                 "answer": answers[j * len(items) + k][:1000], **part[k]} for k in range(min(2, len(items)))]
+        _evaluate_benchmark(name, data[name], engine, rows, budget, cfg, scores, items_out, samples)
     table = summarize(scores, roles)
     out = cfg["out"] or cfg["ckpt"]
     os.makedirs(out, exist_ok=True)
-    result = {"ckpt": cfg["ckpt"], "baseline_ckpt": cfg["baseline_ckpt"], "step": state.get("step"), "config": cfg,
-              "benchmarks": list(data), "skipped": skipped, "n_items": {n: len(d) for n, d in data.items()},
-              "roles": roles, "scores": scores, "table": table, "items": items_out, "samples": samples}
+    result = {
+        "ckpt": cfg["ckpt"],
+        "baseline_ckpt": cfg["baseline_ckpt"],
+        "step": state.get("step"),
+        "config": cfg,
+        "benchmarks": list(data),
+        "skipped": skipped,
+        "n_items": {n: len(d) for n, d in data.items()},
+        "roles": roles,
+        "scores": scores,
+        "table": table,
+        "items": items_out,
+        "samples": samples,
+    }
     _save(os.path.join(out, "eval.json"), json.dumps(result, indent=1))
-    text = markdown(table, list(data), f"Evaluation of {cfg['ckpt']} (step {state.get('step')})", list(skipped))
+    title = f"Evaluation of {cfg['ckpt']} (step {state.get('step')})"
+    text = markdown(table, list(data), title, list(skipped))
     _save(os.path.join(out, "eval.md"), text)
     print(text, flush=True)
     return result
 
 
+# tiny task type -> (answer fence, the problem's key holding the gold)
+TINY_GOLD_FENCES = {"code_o": ("output", "output"), "code_i": ("input", "input"),
+                    "code_f": ("python", "program")}
+
+
 def selfcheck(cfg):
-    """Gold answers (inside an <answer>\\boxed{}) and canonical solutions graded by this file's own graders, for
-    every benchmark file in data_dir (tiny: its golds in a student's answer fence) -> {benchmark:
-    {"records", "passed", "failed": [ids]}}."""
+    """Gold answers (inside an <answer>\\boxed{}) and canonical solutions scored by this file's own
+    graders, for every benchmark file in data_dir (tiny: its golds in a student's answer fence) ->
+    {benchmark: {"records", "passed", "failed": [ids]}}."""
     report = {}
     for name in benchmark_names(cfg["benchmarks"]):
         present = os.path.isfile(os.path.join(cfg["data_dir"], f"{name}.jsonl"))
+        # LCB ships no reference solutions; tiny is generated when absent
         if (not present and name != TINY) or name == "livecodebench":
-            continue   # LCB ships no reference solutions; tiny is generated when absent
+            continue
         items = load_benchmark(name, cfg["data_dir"], cfg["limit"], cfg["model_cache"])
-        if name == TINY:   # each gold in a student's answer fence, parsed as training parses it
+        # tiny: each gold in a student's answer fence, parsed as training parses it
+        if name == TINY:
             answers = []
             for it in items:
-                fence, gold = {"code_o": ("output", "output"), "code_i": ("input", "input"),
-                               "code_f": ("python", "program")}[it["task"]]
+                fence, gold = TINY_GOLD_FENCES[it["task"]]
                 response = f"x </think> <answer>```{fence}\n{it['problem'][gold]}\n```</answer>"
                 answers.append(extract_tiny(it["task"], response))
         elif name in MATH7:
-            answers = [extract_math(f"<think>x</think> <answer>\\boxed{{{it['gold']}}}</answer>") for it in items]
+            answers = []
+            for it in items:
+                response = f"<think>x</think> <answer>\\boxed{{{it['gold']}}}</answer>"
+                answers.append(extract_math(response))
         else:
             answers = [it["canonical"] for it in items]
-        verdicts = grade(name, items, list(enumerate(answers)), cfg)
+        verdicts = score(name, items, list(enumerate(answers)), cfg)
         failed = [it["id"] for it, v in zip(items, verdicts) if not v["correct"]]
         report[name] = {"records": len(items), "passed": len(items) - len(failed), "failed": failed}
     return report
@@ -628,5 +821,6 @@ if __name__ == "__main__":
     else:
         cfg = check_config(parse_config(config, sys.argv[1:]))
         if not cfg["ckpt"]:
-            raise SystemExit("--ckpt is required (a checkpoint folder out_dir/step_NNNNNN); see --help")
+            raise SystemExit("--ckpt is required (a checkpoint folder out_dir/step_NNNNNN); "
+                             "see --help")
         evaluate(cfg)

@@ -799,30 +799,35 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                 hp["fitness"] = [score[p["name"]] / unit for p in parents]
             parent_adapters = [adapters[p["name"]] for p in parents]
             child, info = apply_operator(op, kind, parent_adapters, generator, **hp)
-            names = [p["name"] for p in parents]
-            donors = None
-            if "donors" in info:
-                donors = {stem: names[d] for stem, d in info["donors"].items()}
-            copy_optimizer_from = None
-            if op == "copy_parent" or op in SWAPS or info["fallback"]:
-                copy_optimizer_from = names[0]
-            children.append({
-                "name": loser["name"],
-                "id": next_id,
-                "parents": [p["id"] for p in parents],
-                "parent_names": names,
-                "operator": op,
-                "kind": kind,
-                "step": step,
-                "adapter": child,
-                "copy_optimizer_from": copy_optimizer_from,
-                "optimizer_donors": donors,
-                **ratings.child(parents),
-                "fallback": info["fallback"],
-                "info": info,
-            })
+            children.append(_child_record(loser, next_id, parents, op, kind, step, child, info))
             next_id += 1
     return children
+
+
+def _child_record(loser, child_id, parents, op, kind, step, child, info):
+    """The record of one child (its keys are listed in replacement_step's docstring)."""
+    names = [p["name"] for p in parents]
+    donors = None
+    if "donors" in info:
+        donors = {stem: names[d] for stem, d in info["donors"].items()}
+    copy_optimizer_from = None
+    if op == "copy_parent" or op in SWAPS or info["fallback"]:
+        copy_optimizer_from = names[0]
+    return {
+        "name": loser["name"],
+        "id": child_id,
+        "parents": [p["id"] for p in parents],
+        "parent_names": names,
+        "operator": op,
+        "kind": kind,
+        "step": step,
+        "adapter": child,
+        "copy_optimizer_from": copy_optimizer_from,
+        "optimizer_donors": donors,
+        **ratings.child(parents),
+        "fallback": info["fallback"],
+        "info": info,
+    }
 
 
 def _choose(top, mutations, crossovers, p_cross, generator):

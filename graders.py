@@ -1,16 +1,22 @@
 """
-Graders of evaluate.py: is a model's answer to a benchmark item right? (SPEC §11, reference/eval.md §3)
+Scorers of evaluate.py: is a model's answer to a benchmark item right? (SPEC §11,
+reference/eval.md §3). (verify.grade is the other judge: the training verifier's verdict on an
+attempt.)
 
-Math: AZR's strip_string normalisation (Qwen2.5-Math's parser, without its word2number step), then math-verify's
-verify(parse(\\boxed{gold}), parse(\\boxed{prediction})) in a spawned process pool with a per-item timeout.
-Code: programs run in verify.execute's sandbox under a small harness (_harness, whose source is the job's code):
-  - HumanEval+ / MBPP+ as EvalPlus: expected outputs from one run of the canonical solution on the base and plus
-    inputs; per-input limit max(min_time_limit, factor x reference time), a per-task cap; exact `==`, else
-    np.allclose(rtol 1e-7, atol) for float outputs (atol 1e-6 when the task gives none); the special oracles
-    (set equality, output not None, MBPP+ 164/295/581/558, HumanEval/32's |poly(x)| <= atol).
-  - LiveCodeBench as lcb_runner: functional (LeetCode `class Solution` or a function, JSON arguments per line, `==`
-    with tuples as lists) and stdin (the program reads the test's input; stripped output lines must match, or
-    match as Decimals), every public and private test, a per-test limit, stop at the first failure.
+Math: AZR's strip_string normalisation (Qwen2.5-Math's parser, without its word2number step), then
+math-verify's verify(parse(\\boxed{gold}), parse(\\boxed{prediction})) in a spawned process pool
+with a per-item timeout (score_math).
+Code: programs run in verify.execute's sandbox under a small harness (_harness, whose source is the
+job's code):
+  - HumanEval+ / MBPP+ as EvalPlus (score_evalplus): expected outputs from one run of the canonical
+    solution on the base and plus inputs; per-input limit max(min_time_limit, factor x reference
+    time), a per-task cap; exact `==`, else np.allclose(rtol 1e-7, atol) for float outputs
+    (atol 1e-6 when the task gives none); the special oracles (set equality, output not None,
+    MBPP+ 164/295/581/558, HumanEval/32's |poly(x)| <= atol).
+  - LiveCodeBench as lcb_runner (score_lcb): functional (LeetCode `class Solution` or a function,
+    JSON arguments per line, `==` with tuples as lists) and stdin (the program reads the test's
+    input; stripped output lines must match, or match as Decimals), every public and private
+    test, a per-test limit, stop at the first failure.
 The sandbox sends back, per input, a hash of a canonical text of the value (equal text <=> `==` on
 plain data) and the numbers needed for tolerance rules; the comparison happens here. So the expected
 outputs never enter the sandbox and always-equal objects compare unequal. The program can print a
@@ -18,10 +24,11 @@ result line of its own: it is schema-checked (a malformed one fails that program
 claim no more than hashes that must match. The per-input SIGALRM is the program's to switch off, so
 the limits are also checked on the CPU seconds the kernel counted for each run (the whole base/plus
 run against min(cap, summed per-input limits)).
-Deviations: tolerance needs the numbers, shipped only for float outputs of up to 1000 numbers; LCB's Decimal
-fallback only runs on outputs up to 4096 characters; the sandbox has no threads (RLIMIT_NPROC = 0), so the
-LCB trick of deep recursion in a thread fails; LCB's mocked open(0) is not provided; tests of one EvalPlus task
-run in pieces in parallel (the per-task cap is checked on the summed times).
+Deviations: tolerance needs the numbers, shipped only for float outputs of up to 1000 numbers; LCB's
+Decimal fallback only runs on outputs up to 4096 characters; the sandbox has no threads
+(RLIMIT_NPROC = 0), so the LCB trick of deep recursion in a thread fails; LCB's mocked open(0) is
+not provided; tests of one EvalPlus task run in pieces in parallel (the per-task cap is checked on
+the summed times).
 Not covered: a program that switches the alarm off can move time between the inputs of one run (each
 input's own limit is the alarm's; only the run's total is the kernel's).
 """
@@ -42,13 +49,14 @@ MARK = "@@populora-eval@@"   # prefix of the harness's one result line in the sa
 # ----------------------------------------------------------------------------- math
 
 # AZR's unit words (from MathQA, via Qwen2.5-Math's parser); used as regexes, unescaped, as there
-UNITS = ("east|degree|mph|kmph|ft|m sqaure| m east|sq m|deg|mile|q .|monkey|prime|ratio|profit of rs|rd|o|gm|"
-         "p . m|lb|tile|per|dm|lt|gain|ab|way|west|a .|b .|c .|d .|e .|f .|g .|h .|t|a|h|no change|men|"
-         "soldier|pie|bc|excess|st|inches|noon|percent|by|gal|kmh|c|acre|rise|a . m|th|π r 2|sq|mark|l|toy|"
-         "coin|sq . m|gallon|° f|profit|minw|yr|women|feet|am|pm|hr|cu cm|square|v â € ™|are|rupee|rounds|"
-         "cubic|cc|mtr|s|ohm|number|kmph|day|hour|minute|min|second|man|woman|sec|cube|mt|sq inch|mp|∏ cm ³|"
-         "hectare|more|sec|unit|cu . m|cm 2|rs .|rs|kg|g|month|km|m|cm|mm|apple|liter|loss|yard|pure|year|"
-         "increase|decrease|d|less|Surface|litre|pi sq m|s .|metre|meter|inch").split("|")
+UNITS = ("east|degree|mph|kmph|ft|m sqaure| m east|sq m|deg|mile|q .|monkey|prime|ratio|"
+         "profit of rs|rd|o|gm|p . m|lb|tile|per|dm|lt|gain|ab|way|west|a .|b .|c .|d .|e .|f .|"
+         "g .|h .|t|a|h|no change|men|soldier|pie|bc|excess|st|inches|noon|percent|by|gal|kmh|c|"
+         "acre|rise|a . m|th|π r 2|sq|mark|l|toy|coin|sq . m|gallon|° f|profit|minw|yr|women|feet|"
+         "am|pm|hr|cu cm|square|v â € ™|are|rupee|rounds|cubic|cc|mtr|s|ohm|number|kmph|day|hour|"
+         "minute|min|second|man|woman|sec|cube|mt|sq inch|mp|∏ cm ³|hectare|more|sec|unit|cu . m|"
+         "cm 2|rs .|rs|kg|g|month|km|m|cm|mm|apple|liter|loss|yard|pure|year|increase|decrease|d|"
+         "less|Surface|litre|pi sq m|s .|metre|meter|inch").split("|")
 UNITS += [u + "s" for u in UNITS]
 
 
@@ -70,12 +78,14 @@ def _fix_fracs(s):
 
 
 def strip_string(s, skip_unit=False):
-    """AZR's answer normalisation (Qwen2.5-Math parser.strip_string), step for step, without word2number."""
+    """AZR's answer normalisation (Qwen2.5-Math parser.strip_string), step for step, without
+    word2number."""
     s = str(s).strip().replace("\n", "").rstrip(".").replace("\\!", "")
     s = re.sub(r"\\begin\{array\}\{.*?\}", r"\\begin{pmatrix}", s)
     s = re.sub(r"\\end\{array\}", r"\\end{pmatrix}", s).replace("bmatrix", "pmatrix")
-    s = s.replace("tfrac", "frac").replace("dfrac", "frac").replace("\\neq", "\\ne").replace("\\leq", "\\le")
-    s = s.replace("\\geq", "\\ge").replace("\\left", "").replace("\\right", "").replace("\\{", "{").replace("\\}", "}")
+    s = s.replace("tfrac", "frac").replace("dfrac", "frac")
+    s = s.replace("\\neq", "\\ne").replace("\\leq", "\\le").replace("\\geq", "\\ge")
+    s = s.replace("\\left", "").replace("\\right", "").replace("\\{", "{").replace("\\}", "}")
     t = re.sub(r"\\text{.*?}$", "", s).strip()   # a trailing \text{unit}
     if t:
         s = t
@@ -114,7 +124,10 @@ def strip_string(s, skip_unit=False):
     if len(s.split("/")) == 2:   # a/b -> \frac{a}{b} for integers
         a, b = s.split("/")
         try:
-            a, b = (a if "sqrt" in a else int(a)), (b if "sqrt" in b else int(b))
+            if "sqrt" not in a:
+                a = int(a)
+            if "sqrt" not in b:
+                b = int(b)
             if s == f"{a}/{b}":
                 s = f"\\frac{{{a}}}{{{b}}}"
         except ValueError:
@@ -139,7 +152,7 @@ def _math_pair(pair):
         return False
 
 
-def grade_math(pairs, timeout, workers=0, desc="math"):
+def score_math(pairs, timeout, workers=0, desc="math"):
     """[(gold, pred)] (both normalised) -> [bool], in a spawned process pool (spawn: no fork of a
     process that holds vLLM/torch threads). A worker stuck past every timeout is killed with the
     pool: its items score wrong."""
@@ -149,7 +162,10 @@ def grade_math(pairs, timeout, workers=0, desc="math"):
     main = getattr(sys.modules["__main__"], "__file__", None)
     # spawn re-imports __main__ by path (not `python -`)
     if workers == 1 or main and not os.path.isfile(main):
-        return [_math_pair((g, p, timeout)) for g, p in tqdm(pairs, desc=desc, leave=False, mininterval=2)]
+        results = []
+        for gold, prediction in tqdm(pairs, desc=desc, leave=False, mininterval=2):
+            results.append(_math_pair((gold, prediction, timeout)))
+        return results
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers) as pool:
         jobs = [pool.apply_async(_math_pair, ((g, p, timeout),)) for g, p in pairs]
@@ -178,15 +194,20 @@ def _plain(x):
         types = set(map(type, level))
         if not types <= ok:
             return False
-        ints = [e for e in level if type(e) is int] if int in types else ()
-        if ints and not -10**18 < min(ints) <= max(ints) < 10**18:
-            return False
-        if float in types and not all(f == f and not f.is_integer() for f in level if type(f) is float):
-            return False
+        if int in types:
+            ints = [e for e in level if type(e) is int]
+            if not -10**18 < min(ints) <= max(ints) < 10**18:
+                return False
+        if float in types:
+            floats = [f for f in level if type(f) is float]
+            if not all(f == f and not f.is_integer() for f in floats):
+                return False
         if not types & {list, tuple}:
             return True
-        level = list(itertools.chain.from_iterable(level if types <= {list, tuple} else
-                                                   (c for c in level if type(c) in (list, tuple))))
+        containers = level
+        if not types <= {list, tuple}:
+            containers = [c for c in level if type(c) in (list, tuple)]
+        level = list(itertools.chain.from_iterable(containers))
     return True
 
 
@@ -195,29 +216,40 @@ def _write(x, put):
     2.0 ~ 2, set and dict order ignored, list != tuple); repr's format where repr is canonical (fast
     path, in chunks, for the 1 GB outputs of MBPP+ 255); other types -> <type>repr, equal to no
     plain value."""
-    if isinstance(x, (list, tuple)):
-        put("[" if isinstance(x, list) else "(")
-        for k in range(0, len(x), 4096):
-            chunk = list(x[k:k + 4096])
-            put(", " if k else "")
-            if _plain(chunk):
-                put(repr(chunk)[1:-1])
-                continue
-            for j, e in enumerate(chunk):
-                put(", " if j else "")
-                _write(e, put)
-        put("]" if isinstance(x, list) else ("," if len(x) == 1 else "") + ")")
+    if isinstance(x, list):
+        put("[")
+        _write_items(x, put)
+        put("]")
+    elif isinstance(x, tuple):
+        put("(")
+        _write_items(x, put)
+        if len(x) == 1:
+            put(",")
+        put(")")
     elif x is None:
         put("None")
-    # hex past 18 digits: str() of a huge int is quadratic in CPython 3.11
     elif isinstance(x, (bool, int)):
-        put(str(int(x)) if -10**18 < x < 10**18 else format(int(x), "#x"))
+        if -10**18 < x < 10**18:
+            put(str(int(x)))
+        else:
+            # hex past 18 digits: str() of a huge int is quadratic in CPython 3.11
+            put(format(int(x), "#x"))
     elif isinstance(x, float):
-        _write(int(x), put) if x == x and x.is_integer() else put("nan" if x != x else float.__repr__(x))
+        if x != x:
+            put("nan")
+        elif x.is_integer():
+            _write(int(x), put)
+        else:
+            put(float.__repr__(x))
     elif isinstance(x, complex):
-        _write(x.real, put) if x.imag == 0 else put(f"c({_canon(x.real)}, {_canon(x.imag)})")
-    elif isinstance(x, (str, bytes)):
-        put((str if isinstance(x, str) else bytes).__repr__(x))
+        if x.imag == 0:
+            _write(x.real, put)
+        else:
+            put(f"c({_canon(x.real)}, {_canon(x.imag)})")
+    elif isinstance(x, str):
+        put(str.__repr__(x))
+    elif isinstance(x, bytes):
+        put(bytes.__repr__(x))
     elif isinstance(x, (set, frozenset)):
         put("{" + ", ".join(sorted(_canon(e) for e in x)) + "}")
     elif isinstance(x, dict):
@@ -226,6 +258,22 @@ def _write(x, put):
         _write(x.tolist(), put)
     else:
         put(f"<{type(x).__qualname__}>{x!r}")
+
+
+def _write_items(x, put):
+    """The items of a list or tuple, comma-separated, in chunks of 4096: a chunk of plain values is
+    one repr."""
+    for k in range(0, len(x), 4096):
+        chunk = list(x[k:k + 4096])
+        if k:
+            put(", ")
+        if _plain(chunk):
+            put(repr(chunk)[1:-1])
+            continue
+        for j, e in enumerate(chunk):
+            if j:
+                put(", ")
+            _write(e, put)
 
 
 def _canon(x):
@@ -254,30 +302,53 @@ def _numeric(x, limit=1000):
         shape = type(x).__name__ + ":" + walk(x)
     except (TypeError, OverflowError, RecursionError):
         return None
-    return [shape, leaves] if (any(has_float) or shape.endswith(":n")) and len(leaves) <= limit else None
+    if not (any(has_float) or shape.endswith(":n")) or len(leaves) > limit:
+        return None
+    return [shape, leaves]
 
 
 def _emit(v):
-    """What the parent needs of one value: a hash of its canonical text, numbers for EvalPlus's tolerance."""
+    """What the parent needs of one value: a hash of its canonical text, numbers for EvalPlus's
+    tolerance."""
     import hashlib
     h = hashlib.sha256()
     _write(v, lambda s: h.update(s.encode("utf-8", "surrogatepass")))
     out = {"h": h.hexdigest()[:32]}
-    n = _numeric(v) if isinstance(v, (int, float, list, tuple)) else None
-    if n:
-        out["n"] = n
-    if isinstance(v, float) or isinstance(v, (list, tuple)) and v and all(isinstance(e, float) for e in v):
+    if isinstance(v, (int, float, list, tuple)):
+        numbers = _numeric(v)
+        if numbers:
+            out["n"] = numbers
+    all_floats = isinstance(v, (list, tuple)) and v and all(isinstance(e, float) for e in v)
+    if isinstance(v, float) or all_floats:
         out["f"] = 1   # EvalPlus's is_floats: atol defaults to 1e-6 against this expected value
     return out
 
 
 def _lines(text):
-    """LCB's stdout view: the stripped lines of the stripped text, hashed; the lines themselves up to 4096 chars."""
+    """LCB's stdout view: the stripped lines of the stripped text, hashed; the lines themselves up
+    to 4096 chars."""
     lines = [line.strip() for line in text.strip().split("\n")]
     joined = "\n".join(lines)
     out = _emit(joined)
-    out["lines"] = lines if len(joined) <= 4096 else None
+    out["lines"] = None
+    if len(joined) <= 4096:
+        out["lines"] = lines
     return out
+
+
+def _as_compared(v, mode):
+    """A program's output as its mode compares it: a set (EvalPlus's set oracle), "is not None"
+    (its not-None oracle; a program's own bool stands), a tuple as a list (LCB)."""
+    if mode == "set":
+        return set(v)
+    # EvalPlus: outputs that only need to be non-None
+    if mode in ("notnone", "notnone_ref"):
+        if mode == "notnone" and isinstance(v, bool):
+            return v
+        return v is not None
+    if mode == "lcb" and isinstance(v, tuple):
+        return list(v)
+    return v
 
 
 def _harness():
@@ -316,9 +387,14 @@ def _harness():
         sys.stdout = Null()   # the program's prints are not the result channel
         code = compile(job["code"], "<solution>", "exec")
         if job["kind"] == "call":
-            g = {"__name__": "tmp_sol"} if mode == "lcb" else {}
-            exec(code, g)
-            fn = getattr(g["Solution"](), job["entry"]) if "class Solution" in job["code"] else g[job["entry"]]
+            namespace = {}
+            if mode == "lcb":
+                namespace = {"__name__": "tmp_sol"}
+            exec(code, namespace)
+            if "class Solution" in job["code"]:
+                fn = getattr(namespace["Solution"](), job["entry"])
+            else:
+                fn = namespace[job["entry"]]
         for i, case in enumerate(cases):
             timer(signal.ITIMER_REAL, job["limits"][i])
             t0 = clock()
@@ -326,7 +402,8 @@ def _harness():
                 if job["kind"] == "call":
                     v = fn(*case)
                 else:
-                    sys.stdout, sys.stdin = io.StringIO(), io.TextIOWrapper(io.BytesIO(case.encode()))
+                    sys.stdout = io.StringIO()
+                    sys.stdin = io.TextIOWrapper(io.BytesIO(case.encode()))
                     try:
                         exec(code, {"__name__": "__main__"})
                     except SystemExit:
@@ -336,14 +413,11 @@ def _harness():
                 timer(signal.ITIMER_REAL, 0)
                 sys.stdout = Null()
             res["times"].append(clock() - t0)
-            if mode == "set":
-                v = set(v)
-            # EvalPlus: outputs that only need to be non-None
-            elif mode in ("notnone", "notnone_ref"):
-                v = v if mode == "notnone" and isinstance(v, bool) else v is not None
-            elif mode == "lcb" and isinstance(v, tuple):
-                v = list(v)
-            res["outs"].append(_lines(v) if job["kind"] == "stdin" else _emit(v))
+            v = _as_compared(v, mode)
+            if job["kind"] == "stdin":
+                res["outs"].append(_lines(v))
+            else:
+                res["outs"].append(_emit(v))
     except Limit:
         res["error"] = f"time limit on test {i + job.get('first', 0)}"
     except BaseException as e:
@@ -352,15 +426,17 @@ def _harness():
     real_out.write(MARK + dumps(res) + "\n")
 
 
-HARNESS = "\n\n".join([f"import itertools\nMARK = {MARK!r}"] +
-                      [inspect.getsource(f) for f in (_plain, _write, _canon, _numeric, _emit, _lines, _harness)])
+HARNESS_FUNCTIONS = (_plain, _write, _write_items, _canon, _numeric, _emit, _lines, _as_compared,
+                     _harness)
+HARNESS = "\n\n".join([f"import itertools\nMARK = {MARK!r}"]
+                      + [inspect.getsource(f) for f in HARNESS_FUNCTIONS])
 HARNESS += "\n_harness()\n"
 # lcb_runner's import_string, prepended to every program
-LCB_PRELUDE = "".join(f"from {m} import *\n" for m in (
-    "string re datetime collections heapq bisect copy math random statistics itertools functools operator io sys json "
-    "builtins typing").split())
-LCB_PRELUDE += ("import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics, itertools, "
-                "functools, operator, io, sys, json\nsys.setrecursionlimit(50000)\n")
+LCB_MODULES = ("string re datetime collections heapq bisect copy math random statistics itertools "
+               "functools operator io sys json").split()
+LCB_STAR_IMPORTS = LCB_MODULES + ["builtins", "typing"]
+LCB_PRELUDE = "".join(f"from {module} import *\n" for module in LCB_STAR_IMPORTS)
+LCB_PRELUDE += "import " + ", ".join(LCB_MODULES) + "\nsys.setrecursionlimit(50000)\n"
 
 
 def run_jobs(payloads, timeouts, desc, memory_mb):
@@ -425,8 +501,8 @@ def _checked(result):
 
 # EvalPlus's special oracles (evalplus/eval/_special_oracle.py facts): set equality, "output not
 # None", and Mbpp/164, 295, 581, 558, HumanEval/32 below
-MBPP_SET = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly", "larg_nnum",
-            "intersection_array", "find_dissimilar", "Diff"}
+MBPP_SET = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
+            "larg_nnum", "intersection_array", "find_dissimilar", "Diff"}
 MBPP_NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
 
 
@@ -446,7 +522,8 @@ def _same(name, item, args, exp, out, atol):
         # Mbpp/581: or the slant-height reading, within atol
         if name == "mbppplus" and ep == "surface_Area":
             a, h = args
-            return exact or abs(_value(out) - round(a * a + 2 * a * math.sqrt((a / 2) ** 2 + h * h))) <= atol
+            slant_reading = round(a * a + 2 * a * math.sqrt((a / 2) ** 2 + h * h))
+            return exact or abs(_value(out) - slant_reading) <= atol
         # Mbpp/558: or zero-padded digit distance
         if name == "mbppplus" and ep == "digit_distance_nums":
             x, y = str(args[0]), str(args[1])
@@ -460,10 +537,14 @@ def _same(name, item, args, exp, out, atol):
         return False
     if exact:
         return True
-    atol = atol or (1e-6 if exp.get("f") else 0.0)
+    if not atol and exp.get("f"):
+        atol = 1e-6
     if not atol or not exp.get("n") or not out.get("n") or exp["n"][0] != out["n"][0]:
         return False
-    return all(a == b or abs(a - b) <= atol + 1e-7 * abs(b) for a, b in zip(out["n"][1], exp["n"][1]))
+    for a, b in zip(out["n"][1], exp["n"][1]):
+        if not (a == b or abs(a - b) <= atol + 1e-7 * abs(b)):
+            return False
+    return True
 
 
 def _pieces(n, times=None, size=256, budget=2.0):
@@ -475,7 +556,8 @@ def _pieces(n, times=None, size=256, budget=2.0):
         if i > lo and (i - lo >= size or times and spent + times[i] > budget):
             cuts.append((lo, i))
             lo, spent = i, 0.0
-        spent += times[i] if times else 0.0
+        if times:
+            spent += times[i]
     return cuts + [(lo, n)]
 
 
@@ -496,102 +578,163 @@ def _grouped(keys, results):
     return runs
 
 
-def grade_evalplus(name, items, programs, cfg):
+def _evalplus_payload(name, item, code, part, lo, hi, limits, reference):
+    """The harness job for inputs lo..hi of one part ("base" or "plus") of an EvalPlus item."""
+    entry = item["entry_point"]
+    mode = ""
+    if name == "mbppplus" and entry in MBPP_SET:
+        mode = "set"
+    if name == "mbppplus" and entry in MBPP_NOT_NONE:
+        if reference:
+            mode = "notnone_ref"
+        else:
+            mode = "notnone"
+    return {"kind": "call", "mode": mode, "code": code, "entry": entry,
+            "inputs": repr(item[part + "_input"][lo:hi]), "limits": limits, "first": lo}
+
+
+def _input_limits(ref, cfg):
+    """EvalPlus's per-input limits: max(min_time_limit, factor x reference time), seconds."""
+    limits = []
+    for seconds in ref["times"]:
+        limits.append(max(cfg["min_time_limit"], cfg["time_limit_factor"] * seconds))
+    return limits
+
+
+def _evalplus_failure(name, item, part, ref, run, cfg):
+    """Why one program's run of one part fails EvalPlus's rules; "" when it passes."""
+    args = item[part + "_input"]
+    limits = _input_limits(ref, cfg)
+    slack = 1.0 + 2 * max(0.0, ref["cpu"] - sum(ref["times"]))
+    if ref["error"] or len(ref["outs"]) != len(args):
+        return f"reference run failed: {ref['error']}"
+    if run["error"] or len(run["outs"]) != len(args):
+        return run["error"] or "incomplete run"
+    if run["cpu"] > min(cfg["task_timeout"], sum(limits)) + slack:
+        # EvalPlus caps a whole base/plus run; the per-input SIGALRM is the program's to
+        # switch off, so the limits are checked on the CPU time the kernel counted (the
+        # reference's overhead and a second allowed on top)
+        return f"{run['cpu']:.1f} s of CPU, over the time limits"
+    for i, arg in enumerate(args):
+        if not _same(name, item, arg, ref["outs"][i], run["outs"][i], item["atol"]):
+            return f"wrong output on input {i}"
+    return ""
+
+
+def score_evalplus(name, items, programs, cfg):
     """[(item index, program)] -> [{"correct" (base and plus pass), "base", "reason"}]. Expected
     outputs and reference times come from running each canonical solution once on its base and plus
     inputs."""
-    def payload(item, code, part, lo, hi, limits, reference):
-        ep = item["entry_point"]
-        mode = "set" if name == "mbppplus" and ep in MBPP_SET else ""
-        if name == "mbppplus" and ep in MBPP_NOT_NONE:
-            mode = "notnone_ref" if reference else "notnone"
-        return {"kind": "call", "mode": mode, "code": code, "entry": ep, "inputs": repr(item[part + "_input"][lo:hi]),
-                "limits": limits, "first": lo}
-    parts, keys, payloads = ("base", "plus"), [], []
-    for k, it in enumerate(items):
-        for p in parts:
-            for lo, hi in _pieces(len(it[p + "_input"])):
-                keys.append((k, p))
-                payloads.append(payload(it, it["canonical"], p, lo, hi, [0] * (hi - lo), True))
-    refs = _grouped(keys, run_jobs(payloads, [cfg["reference_timeout"]] * len(payloads), f"{name} reference",
-                                   cfg["memory_mb"]))
+    parts = ("base", "plus")
+    keys, payloads = [], []
+    for k, item in enumerate(items):
+        for part in parts:
+            for lo, hi in _pieces(len(item[part + "_input"])):
+                keys.append((k, part))
+                no_limits = [0] * (hi - lo)
+                payloads.append(_evalplus_payload(name, item, item["canonical"], part, lo, hi,
+                                                  no_limits, True))
+    timeouts = [cfg["reference_timeout"]] * len(payloads)
+    results = run_jobs(payloads, timeouts, f"{name} reference", cfg["memory_mb"])
+    refs = _grouped(keys, results)
     keys, payloads, timeouts = [], [], []
     for n, (k, code) in enumerate(programs):
-        for p in parts:
-            ref = refs[(k, p)]
-            limits = [max(cfg["min_time_limit"], cfg["time_limit_factor"] * t) for t in ref["times"]]
-            for lo, hi in _pieces(len(limits), ref["times"], size=1024) if not ref["error"] else ():
-                keys.append((n, p))
-                payloads.append(payload(items[k], code, p, lo, hi, limits[lo:hi], False))
-                timeouts.append(min(cfg["task_timeout"], sum(limits[lo:hi])) + 2 + 2 * ref["overhead"])
+        for part in parts:
+            ref = refs[(k, part)]
+            if ref["error"]:
+                continue
+            limits = _input_limits(ref, cfg)
+            for lo, hi in _pieces(len(limits), ref["times"], size=1024):
+                keys.append((n, part))
+                payloads.append(_evalplus_payload(name, items[k], code, part, lo, hi,
+                                                  limits[lo:hi], False))
+                cap = min(cfg["task_timeout"], sum(limits[lo:hi]))
+                timeouts.append(cap + 2 + 2 * ref["overhead"])
     runs = _grouped(keys, run_jobs(payloads, timeouts, f"{name} tests", cfg["memory_mb"]))
     verdicts = []
     for n, (k, code) in enumerate(programs):
-        ok, reason = [], ""
-        for p in parts:
-            ref, run, args = refs[(k, p)], runs.get((n, p)), items[k][p + "_input"]
-            limits = [max(cfg["min_time_limit"], cfg["time_limit_factor"] * t)
-                      for t in ref["times"]]
-            slack = 1.0 + 2 * max(0.0, ref["cpu"] - sum(ref["times"]))
-            if ref["error"] or len(ref["outs"]) != len(args):
-                why = f"reference run failed: {ref['error']}"
-            elif run["error"] or len(run["outs"]) != len(args):
-                why = run["error"] or "incomplete run"
-            elif run["cpu"] > min(cfg["task_timeout"], sum(limits)) + slack:
-                # EvalPlus caps a whole base/plus run; the per-input SIGALRM is the program's to
-                # switch off, so the limits are checked on the CPU time the kernel counted (the
-                # reference's overhead and a second allowed on top)
-                why = f"{run['cpu']:.1f} s of CPU, over the time limits"
-            else:
-                bad = next((i for i, a in enumerate(args)
-                            if not _same(name, items[k], a, ref["outs"][i], run["outs"][i], items[k]["atol"])), None)
-                why = "" if bad is None else f"wrong output on input {bad}"
-            ok.append(not why)
-            reason = reason or (f"{p}: {why}" if why else "")
-        verdicts.append({"correct": all(ok), "base": ok[0], "reason": reason})
+        passed, reason = [], ""
+        for part in parts:
+            why = _evalplus_failure(name, items[k], part, refs[(k, part)], runs.get((n, part)), cfg)
+            passed.append(not why)
+            # the first failing part gives the reason
+            if why and not reason:
+                reason = f"{part}: {why}"
+        verdicts.append({"correct": all(passed), "base": passed[0], "reason": reason})
     return verdicts
 
 
+# the old name: tests/test_sandbox_hostile.py still calls it (goes when it says score_evalplus)
+grade_evalplus = score_evalplus
+
+
 def _lcb_same(exp, out, stdin):
-    """LCB: functional outputs ==; stdin outputs line by line after strip, a line may also match as Decimals."""
+    """LCB: functional outputs ==; stdin outputs line by line after strip, a line may also match as
+    Decimals."""
     from decimal import Decimal, InvalidOperation
     if out["h"] == exp["h"]:
         return True
-    if not stdin or out.get("lines") is None or exp.get("lines") is None or len(out["lines"]) != len(exp["lines"]):
+    if not stdin or out.get("lines") is None or exp.get("lines") is None:
+        return False
+    if len(out["lines"]) != len(exp["lines"]):
         return False
     try:
-        return all(a == b or [Decimal(x) for x in a.split()] == [Decimal(x) for x in b.split()]
-                   for a, b in zip(out["lines"], exp["lines"]))
+        for a, b in zip(out["lines"], exp["lines"]):
+            if a == b:
+                continue
+            if [Decimal(x) for x in a.split()] != [Decimal(x) for x in b.split()]:
+                return False
+        return True
     except InvalidOperation:
         return False
 
 
-def grade_lcb(items, programs, cfg):
-    """[(item index, program)] -> [{"correct", "reason"}]: every public + private test within lcb_timeout each."""
+def _lcb_payload(item, code, cfg):
+    """The harness job running every test of an LCB item: functional (fn_name) or stdin."""
+    if item["fn_name"]:
+        kind, mode = "call", "lcb"
+    else:
+        kind, mode = "stdin", ""
+    return {"kind": kind, "mode": mode, "code": LCB_PRELUDE + code, "entry": item["fn_name"],
+            "tests": [test["input"] for test in item["tests"]],
+            "limits": [cfg["lcb_timeout"]] * len(item["tests"])}
+
+
+def _lcb_failure(item, run, cfg):
+    """Why one program's run fails LCB's rules; "" when it passes."""
+    if run["error"]:
+        return run["error"]
+    if len(run["outs"]) != len(item["tests"]):
+        return "incomplete run"
+    # the alarm is switchable
+    if run["cpu"] > cfg["lcb_timeout"] * len(item["tests"]) + 1.0:
+        return f"{run['cpu']:.1f} s of CPU, over the time limits"
+    for i, test in enumerate(item["tests"]):
+        try:
+            if item["fn_name"]:
+                exp = _emit(json.loads(test["output"]))
+            else:
+                exp = _lines(test["output"])
+        except ValueError:
+            exp = {"h": None}
+        if not _lcb_same(exp, run["outs"][i], not item["fn_name"]):
+            return f"wrong output on test {i}"
+    return ""
+
+
+def score_lcb(items, programs, cfg):
+    """[(item index, program)] -> [{"correct", "reason"}]: every public + private test within
+    lcb_timeout each."""
     payloads, timeouts = [], []
     for k, code in programs:
-        it = items[k]
-        payloads.append({"kind": "call" if it["fn_name"] else "stdin", "mode": "lcb" if it["fn_name"] else "",
-                         "code": LCB_PRELUDE + code, "entry": it["fn_name"], "tests": [t["input"] for t in it["tests"]],
-                         "limits": [cfg["lcb_timeout"]] * len(it["tests"])})
+        payloads.append(_lcb_payload(items[k], code, cfg))
         # LCB's global per-problem limit
-        timeouts.append((cfg["lcb_timeout"] + 1) * len(it["tests"]) + 5)
-    runs = run_jobs(payloads, timeouts, "livecodebench tests", cfg["memory_mb"]) if programs else []
+        timeouts.append((cfg["lcb_timeout"] + 1) * len(items[k]["tests"]) + 5)
+    runs = []
+    if programs:
+        runs = run_jobs(payloads, timeouts, "livecodebench tests", cfg["memory_mb"])
     verdicts = []
     for (k, code), run in zip(programs, runs):
-        it, reason = items[k], run["error"]
-        if not reason and len(run["outs"]) != len(it["tests"]):
-            reason = "incomplete run"
-        # the alarm is switchable
-        if not reason and run["cpu"] > cfg["lcb_timeout"] * len(it["tests"]) + 1.0:
-            reason = f"{run['cpu']:.1f} s of CPU, over the time limits"
-        for i, t in enumerate(it["tests"] if not reason else ()):
-            try:
-                exp = _emit(json.loads(t["output"])) if it["fn_name"] else _lines(t["output"])
-            except ValueError:
-                exp = {"h": None}
-            if not _lcb_same(exp, run["outs"][i], not it["fn_name"]):
-                reason = f"wrong output on test {i}"
-                break
+        reason = _lcb_failure(items[k], run, cfg)
         verdicts.append({"correct": not reason, "reason": reason})
     return verdicts

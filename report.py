@@ -1,15 +1,17 @@
 """
-Training-dynamics figures of PopuLoRA runs from their metrics.jsonl (SPEC §10), like the paper's Figures 3, 4, 5, 9
-and 12, and a short report.md linking them. Called as `python evaluate.py report OUT_DIR [OTHER_OUT_DIR ...]`
-(or `python report.py ...`); several runs (population and baseline) share the axes of every figure.
+Training-dynamics figures of PopuLoRA runs from their metrics.jsonl (SPEC §10), like the paper's
+Figures 3, 4, 5, 9 and 12, and a short report.md linking them. Called as
+`python evaluate.py report OUT_DIR [OTHER_OUT_DIR ...]` (or `python report.py ...`); several runs
+(population and baseline) share the axes of every figure.
 
-Figures (PNG, in OUT_DIR/report/ unless --out): rates (format and validity rate of teachers, format and solve rate of
-students, per task type), difficulty (teacher difficulty = 1 - solve rate of its valid problems, rewards),
-complexity (the four axes of valid proposals), ratings (TrueSkill mu +- sigma per member, evolution events as
-dotted lines), matches (outcome shares per step, and each member's running win rate from its own side),
-archive (CVT coverage and size per task type), student_vs_teacher (each student's solve rate against each
-teacher, averaged over a few windows of steps), response_len (tokens per teacher and student response).
-Why its own file: plotting is a concern of its own and evaluate.py is at its line budget.
+Figures (PNG, in OUT_DIR/report/ unless --out): rates (format and validity rate of teachers, format
+and solve rate of students, per task type), difficulty (teacher difficulty = 1 - solve rate of its
+valid problems, rewards), complexity (the four axes of valid proposals), ratings (TrueSkill
+mu +- sigma per member, evolution events as dotted lines), matches (outcome shares per step, and
+each member's running win rate from its own side), archive (CVT coverage and size per task type),
+student_vs_teacher (each student's solve rate against each teacher, averaged over a few windows of
+steps), response_len (tokens per teacher and student response).
+Why its own file: plotting is a concern of its own, apart from scoring answers.
 Not covered: anything not in metrics.jsonl (per-sample text is in samples.jsonl).
 """
 import argparse
@@ -20,18 +22,21 @@ import re
 
 import matplotlib
 
-matplotlib.use("Agg")   # files only, no display
+# files only, no display
+matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import logs  # noqa: E402
 from verify import TASKS  # noqa: E402
 
 AXES = ("ast_depth", "cyclomatic", "loc", "variables")
-STYLES = ("-", "--", ":", "-.")   # one line style per run, one colour per series
+# one line style per run, one colour per series
+STYLES = ("-", "--", ":", "-.")
 
 
 def load_run(folder):
-    """{"name", "rows": [metrics dicts sorted by step]}; a clear error for a folder without metrics.jsonl."""
+    """{"name", "rows": [metrics dicts sorted by step]}; a clear error for a folder without
+    metrics.jsonl."""
     path = os.path.join(folder, "metrics.jsonl")
     if not os.path.isfile(path):
         raise SystemExit(f"report: {path} not found (expected a training out_dir)")
@@ -46,20 +51,32 @@ def load_run(folder):
     if os.path.isfile(os.path.join(folder, "config.json")):
         with open(os.path.join(folder, "config.json")) as f:
             cfg = json.load(f)
-    cfg = cfg.get("config", cfg)   # train.py writes {"config": {...}, "git_commit": ...}
-    name = os.path.basename(os.path.normpath(folder)) + (" (baseline)" if cfg.get("baseline") else "")
-    return {"name": name, "rows": sorted((r for r in rows if "step" in r), key=lambda r: r["step"])}
+    # train.py writes {"config": {...}, "git_commit": ...}
+    cfg = cfg.get("config", cfg)
+    name = os.path.basename(os.path.normpath(folder))
+    if cfg.get("baseline"):
+        name += " (baseline)"
+    stepped = [r for r in rows if "step" in r]
+    return {"name": name, "rows": sorted(stepped, key=lambda r: r["step"])}
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def series(run, key):
     """(steps, values) where the key has a number (None / missing steps are gaps, not zeros)."""
-    pts = [(r["step"], r[key]) for r in run["rows"]
-           if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
-    return [p[0] for p in pts], [p[1] for p in pts]
+    steps, values = [], []
+    for r in run["rows"]:
+        if _is_number(r.get(key)):
+            steps.append(r["step"])
+            values.append(r[key])
+    return steps, values
 
 
 def keys(runs, pattern):
-    """Sorted distinct metric keys matching a regex over all runs, with its first group (e.g. member name)."""
+    """Sorted distinct metric keys matching a regex over all runs, with its first group (e.g.
+    member name)."""
     found = {}
     for run in runs:
         for r in run["rows"]:
@@ -72,16 +89,24 @@ def keys(runs, pattern):
 
 def tag(label, run, runs):
     """Legend text: the series, and the run when several share the axes."""
-    return f"{label} · {run['name']}" if len(runs) > 1 else label
+    if len(runs) > 1:
+        return f"{label} · {run['name']}"
+    return label
 
 
 def lines(ax, runs, key_labels, title, ylabel=""):
+    """One line per (metric key, label) and run: colour per series, line style per run."""
     for style, run in zip(STYLES * 4, runs):
         for colour, (key, label) in enumerate(key_labels):
             x, y = series(run, key)
-            if x:
-                ax.plot(x, y, style, color=f"C{colour % 10}", marker="." if len(x) < 30 else None,
-                        label=tag(label, run, runs))
+            if not x:
+                continue
+            # markers only while points are few enough to see
+            marker = None
+            if len(x) < 30:
+                marker = "."
+            ax.plot(x, y, style, color=f"C{colour % 10}", marker=marker,
+                    label=tag(label, run, runs))
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("step", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
@@ -91,6 +116,7 @@ def lines(ax, runs, key_labels, title, ylabel=""):
 
 
 def figure(path, n, draw, width=4.2):
+    """A row of n axes, drawn by draw(axes), saved as a PNG."""
     fig, axes = plt.subplots(1, n, figsize=(width * n, 3.4), squeeze=False)
     draw(axes[0])
     fig.tight_layout()
@@ -99,26 +125,37 @@ def figure(path, n, draw, width=4.2):
 
 
 def evolution_steps(run):
-    return sorted({r["step"] for r in run["rows"] for k in r if k.startswith("evolve/")})
+    """Steps with an evolution event (any evolve/ metric)."""
+    steps = set()
+    for r in run["rows"]:
+        if any(k.startswith("evolve/") for k in r):
+            steps.add(r["step"])
+    return sorted(steps)
+
+
+def _task_keys(pattern):
+    """[(metric key, task type)] for a key pattern with one {} for the task type."""
+    return [(pattern.format(task), task) for task in TASKS]
 
 
 def draw_all(runs, out):
     """Write every figure; returns {figure name: one-line caption}."""
-    task_keys = lambda fmt: [(fmt.format(t), t) for t in TASKS]   # noqa: E731
     figs = {}
 
     def rates(ax):
-        lines(ax[0], runs, [("teacher/format_rate", "format")] + task_keys("teacher/valid_rate/{}"),
-              "teachers: format and validity rate")
-        lines(ax[1], runs, [("student/format_rate", "format")] + task_keys("student/solve_rate/{}"),
-              "students: format and solve rate")
+        teachers = [("teacher/format_rate", "format")] + _task_keys("teacher/valid_rate/{}")
+        lines(ax[0], runs, teachers, "teachers: format and validity rate")
+        students = [("student/format_rate", "format")] + _task_keys("student/solve_rate/{}")
+        lines(ax[1], runs, students, "students: format and solve rate")
     figure(os.path.join(out, "rates.png"), 2, rates)
-    figs["rates"] = "Teacher format/validity and student format/solve rates per task type (population aggregate)."
+    figs["rates"] = ("Teacher format/validity and student format/solve rates per task type "
+                     "(population aggregate).")
 
     def difficulty(ax):
         lines(ax[0], runs, [("teacher/difficulty", "difficulty")],
               "teacher difficulty (1 - solve rate of valid problems)")
-        lines(ax[1], runs, [("teacher/reward", "teacher"), ("student/reward", "student")], "mean reward")
+        rewards = [("teacher/reward", "teacher"), ("student/reward", "student")]
+        lines(ax[1], runs, rewards, "mean reward")
     figure(os.path.join(out, "difficulty.png"), 2, difficulty)
     figs["difficulty"] = "Difficulty of valid proposals and mean rewards."
 
@@ -128,98 +165,154 @@ def draw_all(runs, out):
     figure(os.path.join(out, "complexity.png"), 4, complexity, 3.2)
     figs["complexity"] = "The four complexity axes of valid proposals (step means)."
 
-    def ratings(ax):
-        for style, run in zip(STYLES * 4, runs):
-            for colour, (key, (name,)) in enumerate(keys([run], r"rating/([^/]+)/mu")):
-                x, mu = series(run, key)
-                _, sd = series(run, f"rating/{name}/sigma")
-                ax[0].plot(x, mu, style, color=f"C{colour % 10}", label=tag(name, run, runs))
-                if len(sd) == len(mu):
-                    ax[0].fill_between(x, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)],
-                                       color=f"C{colour % 10}", alpha=0.1)
-            for s in evolution_steps(run):
-                ax[0].axvline(s, color="grey", linestyle=":", linewidth=0.8)
-        ax[0].set_title("TrueSkill mu +- sigma per member (dotted: evolution)", fontsize=9)
-        ax[0].set_xlabel("step", fontsize=8)
-        if ax[0].lines:
-            ax[0].legend(fontsize=6)
-    figure(os.path.join(out, "ratings.png"), 1, ratings, 6.5)
-    figs["ratings"] = "TrueSkill rating of every member slot; evolution replaces a slot's adapter at the dotted steps."
+    figure(os.path.join(out, "ratings.png"), 1, lambda ax: _draw_ratings(ax, runs), 6.5)
+    figs["ratings"] = ("TrueSkill rating of every member slot; evolution replaces a slot's adapter "
+                       "at the dotted steps.")
 
-    def matches(ax):
-        for style, run in zip(STYLES * 4, runs):
-            outcomes = [[r[k] for k in r if re.fullmatch(r"match/[^/]+/[^/]+/outcome", k) and r[k] is not None]
-                        for r in run["rows"]]
-            steps = [r["step"] for r in run["rows"]]
-            for colour, (value, label) in enumerate(((1, "student wins"), (0, "draws"), (-1, "teacher wins"))):
-                share = [sum(o == value for o in os_) / len(os_) if os_ else math.nan for os_ in outcomes]
-                ax[0].plot(steps, share, style, color=f"C{colour}", label=tag(label, run, runs))
-            wins = {}   # member -> running (wins, matches) from its own side
-            for r in run["rows"]:
-                for k, v in r.items():
-                    m = re.fullmatch(r"match/([^/]+)/([^/]+)/outcome", k)
-                    if m and v is not None and m.group(1) != m.group(2):   # a baseline's self-match has no side
-                        for who, won in ((m.group(1), v == -1), (m.group(2), v == 1)):
-                            w, n, xs, ys = wins.setdefault(who, [0, 0, [], []])
-                            wins[who][:2] = [w + won, n + 1]
-                            xs.append(r["step"])
-                            ys.append((w + won) / (n + 1))
-            for colour, (who, (_, _, xs, ys)) in enumerate(sorted(wins.items())):
-                ax[1].plot(xs, ys, style, color=f"C{colour % 10}", label=tag(who, run, runs))
-        ax[0].set_title("match outcomes per step (share of matches)", fontsize=9)
-        ax[1].set_title("running win rate, each member from its own side", fontsize=9)
-        for a in ax:
-            a.set_xlabel("step", fontsize=8)
-            if a.lines:
-                a.legend(fontsize=6)
-    figure(os.path.join(out, "matches.png"), 2, matches)
-    figs["matches"] = ("Outcomes from both perspectives: students' wins, draws and teachers' wins; per-member running "
-                       "win rates.")
+    figure(os.path.join(out, "matches.png"), 2, lambda ax: _draw_matches(ax, runs))
+    figs["matches"] = ("Outcomes from both perspectives: students' wins, draws and teachers' wins; "
+                       "per-member running win rates.")
 
     def archive(ax):
-        lines(ax[0], runs, [("archive/coverage", "coverage")], "archive coverage (share of 4096 CVT cells)")
-        lines(ax[1], runs, task_keys("archive/size/{}"), "archive size per task type")
+        lines(ax[0], runs, [("archive/coverage", "coverage")],
+              "archive coverage (share of 4096 CVT cells)")
+        lines(ax[1], runs, _task_keys("archive/size/{}"), "archive size per task type")
     figure(os.path.join(out, "archive.png"), 2, archive)
     figs["archive"] = "Archive coverage of the complexity descriptor space and archive sizes."
 
-    pop = next((r for r in runs if keys([r], r"match/([^/]+)/([^/]+)/solve_rate")), None)
-    if pop:
-        pairs = [g for _, g in keys([pop], r"match/([^/]+)/([^/]+)/solve_rate")]
-        teachers, students = sorted({t for t, _ in pairs}), sorted({s for _, s in pairs})
-        rows, parts = pop["rows"], min(4, len(pop["rows"]))   # up to four windows of consecutive steps
-        windows = [rows[i * len(rows) // parts:(i + 1) * len(rows) // parts] for i in range(parts)]
-
-        def heat(ax):
-            for a, win in zip(ax, windows):
-                grid = [[_mean([r.get(f"match/{t}/{s}/solve_rate") for r in win]) for t in teachers] for s in students]
-                image = a.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-                a.set_xticks(range(len(teachers)), teachers, fontsize=7)
-                a.set_yticks(range(len(students)), students, fontsize=7)
-                a.set_title(f"steps {win[0]['step']}-{win[-1]['step']}", fontsize=9)
-            plt.colorbar(image, ax=ax[-1], label="student solve rate")
-        figure(os.path.join(out, "student_vs_teacher.png"), len(windows), heat, 3.2)
-        figs["student_vs_teacher"] = (f"Solve rate of each student (rows) against each teacher (columns) of "
-                                      f"{pop['name']}, per window of steps (blank: never matched).")
+    caption = _student_vs_teacher(runs, out)
+    if caption:
+        figs["student_vs_teacher"] = caption
 
     def length(ax):
-        lines(ax[0], runs, [("response_len/teacher", "teacher"), ("response_len/student", "student")],
-              "response length (tokens)")
+        lengths = [("response_len/teacher", "teacher"), ("response_len/student", "student")]
+        lines(ax[0], runs, lengths, "response length (tokens)")
     figure(os.path.join(out, "response_len.png"), 1, length, 6.5)
     figs["response_len"] = "Mean completion length of teacher and student responses."
     return figs
 
 
+def _draw_ratings(ax, runs):
+    """TrueSkill mu per member, a mu +- sigma band, evolution steps dotted."""
+    for style, run in zip(STYLES * 4, runs):
+        for colour, (key, (name,)) in enumerate(keys([run], r"rating/([^/]+)/mu")):
+            x, mu = series(run, key)
+            _, sd = series(run, f"rating/{name}/sigma")
+            ax[0].plot(x, mu, style, color=f"C{colour % 10}", label=tag(name, run, runs))
+            if len(sd) == len(mu):
+                low = [m - s for m, s in zip(mu, sd)]
+                high = [m + s for m, s in zip(mu, sd)]
+                ax[0].fill_between(x, low, high, color=f"C{colour % 10}", alpha=0.1)
+        for step in evolution_steps(run):
+            ax[0].axvline(step, color="grey", linestyle=":", linewidth=0.8)
+    ax[0].set_title("TrueSkill mu +- sigma per member (dotted: evolution)", fontsize=9)
+    ax[0].set_xlabel("step", fontsize=8)
+    if ax[0].lines:
+        ax[0].legend(fontsize=6)
+
+
+OUTCOME = r"match/([^/]+)/([^/]+)/outcome"   # teacher, student
+OUTCOMES = ((1, "student wins"), (0, "draws"), (-1, "teacher wins"))
+
+
+def _outcome_shares(rows, value):
+    """Per row, the share of its matches with this outcome (NaN for a step without matches)."""
+    shares = []
+    for r in rows:
+        outcomes = [r[k] for k in r if re.fullmatch(OUTCOME, k) and r[k] is not None]
+        if outcomes:
+            shares.append(sum(o == value for o in outcomes) / len(outcomes))
+        else:
+            shares.append(math.nan)
+    return shares
+
+
+def _running_win_rates(rows):
+    """{member: (steps, running win rate)}, each member from its own side (a teacher wins at
+    outcome -1, a student at +1)."""
+    tally = {}   # member -> [wins, matches, steps, rates]
+    for r in rows:
+        for k, v in r.items():
+            m = re.fullmatch(OUTCOME, k)
+            # a baseline's self-match has no side
+            if not m or v is None or m.group(1) == m.group(2):
+                continue
+            for who, won in ((m.group(1), v == -1), (m.group(2), v == 1)):
+                record = tally.setdefault(who, [0, 0, [], []])
+                record[0] += won
+                record[1] += 1
+                record[2].append(r["step"])
+                record[3].append(record[0] / record[1])
+    return {who: (steps, rates) for who, (_, _, steps, rates) in tally.items()}
+
+
+def _draw_matches(ax, runs):
+    """Outcome shares per step; each member's running win rate."""
+    for style, run in zip(STYLES * 4, runs):
+        steps = [r["step"] for r in run["rows"]]
+        for colour, (value, label) in enumerate(OUTCOMES):
+            share = _outcome_shares(run["rows"], value)
+            ax[0].plot(steps, share, style, color=f"C{colour}", label=tag(label, run, runs))
+        rates = _running_win_rates(run["rows"])
+        for colour, (who, (xs, ys)) in enumerate(sorted(rates.items())):
+            ax[1].plot(xs, ys, style, color=f"C{colour % 10}", label=tag(who, run, runs))
+    ax[0].set_title("match outcomes per step (share of matches)", fontsize=9)
+    ax[1].set_title("running win rate, each member from its own side", fontsize=9)
+    for a in ax:
+        a.set_xlabel("step", fontsize=8)
+        if a.lines:
+            a.legend(fontsize=6)
+
+
+def _student_vs_teacher(runs, out):
+    """Heat maps of each student's solve rate against each teacher, per window of steps, for the
+    first run with per-match solve rates; returns the caption, or None without such a run."""
+    solve_rate = r"match/([^/]+)/([^/]+)/solve_rate"
+    pop = next((r for r in runs if keys([r], solve_rate)), None)
+    if not pop:
+        return None
+    pairs = [groups for _, groups in keys([pop], solve_rate)]
+    teachers = sorted({t for t, _ in pairs})
+    students = sorted({s for _, s in pairs})
+    rows = pop["rows"]
+    # up to four windows of consecutive steps
+    parts = min(4, len(rows))
+    windows = [rows[i * len(rows) // parts:(i + 1) * len(rows) // parts] for i in range(parts)]
+
+    def heat(ax):
+        for a, window in zip(ax, windows):
+            grid = []
+            for s in students:
+                cells = []
+                for t in teachers:
+                    cells.append(_mean([r.get(f"match/{t}/{s}/solve_rate") for r in window]))
+                grid.append(cells)
+            image = a.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+            a.set_xticks(range(len(teachers)), teachers, fontsize=7)
+            a.set_yticks(range(len(students)), students, fontsize=7)
+            a.set_title(f"steps {window[0]['step']}-{window[-1]['step']}", fontsize=9)
+        plt.colorbar(image, ax=ax[-1], label="student solve rate")
+    figure(os.path.join(out, "student_vs_teacher.png"), len(windows), heat, 3.2)
+    return (f"Solve rate of each student (rows) against each teacher (columns) of "
+            f"{pop['name']}, per window of steps (blank: never matched).")
+
+
 def _mean(values):
     """logs.mean, with NaN (a gap in a figure) for nothing to average."""
     value = logs.mean(v for v in values if isinstance(v, (int, float)))
-    return math.nan if value is None else value
+    if value is None:
+        return math.nan
+    return value
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="evaluate.py report", description=__doc__.strip().split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="evaluate.py report",
+                                     description=__doc__.strip().split("\n\n")[0],
                                      allow_abbrev=False)
-    parser.add_argument("runs", nargs="+", help="training out_dirs (metrics.jsonl); the first is the population run")
-    parser.add_argument("--out", default="", help="folder for the PNGs and report.md (default: FIRST_RUN/report)")
+    parser.add_argument("runs", nargs="+",
+                        help="training out_dirs (metrics.jsonl); the first is the population run")
+    parser.add_argument("--out", default="",
+                        help="folder for the PNGs and report.md (default: FIRST_RUN/report)")
     args = parser.parse_args(argv)
     runs = [load_run(folder) for folder in args.runs]
     if not any(run["rows"] for run in runs):
@@ -227,15 +320,21 @@ def main(argv):
     out = args.out or os.path.join(args.runs[0], "report")
     os.makedirs(out, exist_ok=True)
     figs = draw_all(runs, out)
-    text = ["# Training report", "", "| run | steps | last step: teacher validity | student solve rate | "
-            "archive coverage |", "|---|---|---|---|---|"]
+    text = ["# Training report", "",
+            "| run | steps | last step: teacher validity | student solve rate | archive coverage |",
+            "|---|---|---|---|---|"]
     for run in runs:
-        last = run["rows"][-1] if run["rows"] else {}
+        last = {}
+        if run["rows"]:
+            last = run["rows"][-1]
         valid = _mean([last.get(f"teacher/valid_rate/{t}") for t in TASKS])
         solve = _mean([last.get(f"student/solve_rate/{t}") for t in TASKS])
         coverage = last.get("archive/coverage") or 0.0
-        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {solve:.3f} | {coverage:.4f} |")
-    text += [""] + [f"## {name}\n\n![{name}]({name}.png)\n\n{caption}\n" for name, caption in figs.items()]
+        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {solve:.3f} "
+                    f"| {coverage:.4f} |")
+    text.append("")
+    for name, caption in figs.items():
+        text.append(f"## {name}\n\n![{name}]({name}.png)\n\n{caption}\n")
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(text))
     print(json.dumps({"out": out, "figures": [f"{name}.png" for name in figs]}))

@@ -1,7 +1,8 @@
-"""evaluate.py, graders.py and report.py: loaders on the shipped fixtures, AZR extraction/normalisation, math-verify
-grading, EvalPlus/LCB grading through the real sandbox (verify.execute), hostile programs, the CLI end to end on a tiny
-checkpoint, the report figures; on ../shared (slow, skipped without it) every canonical solution of HumanEval+ and
-MBPP+ and every gold answer of the seven math sets."""
+"""evaluate.py, graders.py and report.py: loaders on the shipped fixtures, AZR
+extraction/normalisation, math-verify scoring, EvalPlus/LCB scoring through the real sandbox
+(verify.execute), hostile programs, the CLI end to end on a tiny checkpoint, the report figures; on
+../shared (slow, skipped without it) every canonical solution of HumanEval+ and MBPP+ and every gold
+answer of the seven math sets."""
 import base64
 import json
 import os
@@ -20,21 +21,23 @@ from conftest import ROOT, shared_path
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "bench")
 CFG = dict(E.config, data_dir=FIX, workers=2)
-# Canonical solutions known not to pass here, each with its reason (checked by test_canonical_solutions_real):
-KNOWN_CODE = {"Mbpp/599": "the canonical solution itself needs 25-50 s of CPU for its 88 plus inputs (EvalPlus: ~51 s, "
-                          "reference/eval.md §2.3), close to the 60 s per-task cap: passes here, may not on a slower "
-                          "machine"}
+# Canonical solutions known not to pass here, each with its reason (checked by
+# test_canonical_solutions_real):
+KNOWN_CODE = {"Mbpp/599": "the canonical solution itself needs 25-50 s of CPU for its 88 plus "
+                          "inputs (EvalPlus: ~51 s, reference/eval.md §2.3), close to the 60 s "
+                          "per-task cap: passes here, may not on a slower machine"}
 # Gold answers that cannot be scored correct even against themselves:
-KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes 'east' (a unit "
-                                                      "word), leaving an empty gold (reference/eval.md §1.2)"}}
+KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes "
+                                                      "'east' (a unit word), leaving an empty gold "
+                                                      "(reference/eval.md §1.2)"}}
 
 
 def cli(*args, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "evaluate.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    command = [sys.executable, os.path.join(ROOT, "evaluate.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
-# ----------------------------------------------------------------------------- loaders and bad input
+# ---------------------------------------------------------------------------- loaders and bad input
 
 def test_loaders_read_every_fixture_in_the_real_formats():
     items = {n: E.load_benchmark(n, FIX) for n in E.BENCHMARKS}
@@ -42,15 +45,19 @@ def test_loaders_read_every_fixture_in_the_real_formats():
     assert items["gsm8k"][0]["gold"] == "18" and "Janet" in items["gsm8k"][0]["question"]
     assert items["amc23"][0]["gold"] == "27.0"
     math500 = {it["id"]: it for it in items["math500"]}
-    assert math500["test/prealgebra/105.json"]["gold"] == "\\text{east}"   # the last \boxed{} of the solution
+    # the last \boxed{} of the solution
+    assert math500["test/prealgebra/105.json"]["gold"] == "\\text{east}"
     olympiad = {it["id"]: it for it in items["olympiadbench"]}
-    assert olympiad["2615"]["gold"] == "d=\\frac{1+\\sqrt{1+8 n}}{2}"       # final_answer[0] without $
+    # final_answer[0] without $
+    assert olympiad["2615"]["gold"] == "d=\\frac{1+\\sqrt{1+8 n}}{2}"
     mbpp = {it["id"]: it for it in items["mbppplus"]}
-    assert all(isinstance(a, tuple) for inp in mbpp["Mbpp/2"]["base_input"] for a in inp)   # EvalPlus's tuple args
+    # EvalPlus's tuple args
+    assert all(isinstance(a, tuple) for inp in mbpp["Mbpp/2"]["base_input"] for a in inp)
     assert isinstance(mbpp["Mbpp/124"]["plus_input"][0][1], complex) and mbpp["Mbpp/793"]["plus_input"] == []
     assert mbpp["Mbpp/124"]["atol"] == 1e-4 and mbpp["Mbpp/2"]["canonical"].startswith('"""')
     lcb = {it["id"]: it for it in items["livecodebench"]}
-    assert lcb["fx-1"]["fn_name"] == "addTwo" and len(lcb["fx-1"]["tests"]) == 3   # 1 public + 2 pickled private
+    # 1 public + 2 pickled private
+    assert lcb["fx-1"]["fn_name"] == "addTwo" and len(lcb["fx-1"]["tests"]) == 3
     assert lcb["fx-2"]["fn_name"] is None and lcb["fx-2"]["tests"][1]["output"] == "1.5\n2.5\n3.5\n3\n"
     assert [len(E.load_benchmark(n, FIX, limit=1)) for n in ("gsm8k", "mbppplus")] == [1, 1]
 
@@ -67,19 +74,21 @@ def test_bad_input_gives_clear_errors(tmp_path):
         E.load_benchmark("aime24", str(tmp_path))
     with pytest.raises(SystemExit, match="unknown benchmark"):
         E.benchmark_names("gsm8k,humaneval++")
-    class Evil:   # a pickled LCB test field that would run os.system when unpickled by a plain pickle.loads
+    # a pickled LCB test field that would run os.system when unpickled by a plain pickle.loads
+    class Evil:
         def __reduce__(self):
             return (os.system, ("true",))
     field = base64.b64encode(zlib.compress(pickle.dumps(Evil()))).decode()
     with pytest.raises(pickle.UnpicklingError, match="refused"):
-        E._lcb_tests(field)
+        E.decode_lcb_tests(field)
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k,nope", "--data_dir", FIX)
     assert r.returncode != 0 and "unknown benchmark" in r.stderr
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", str(tmp_path / "empty"))
     assert r.returncode != 0 and os.path.join(str(tmp_path / "empty"), "gsm8k.jsonl") in r.stderr
     r = cli("--ckpt", str(tmp_path), "--benchmarks", "gsm8k", "--data_dir", FIX)
     assert r.returncode != 0 and "is not a checkpoint folder" in r.stderr
-    assert cli("--limt", "2").returncode == 2 and cli("--limit", "two").returncode == 2   # no abbreviations, typed
+    # no abbreviations, typed
+    assert cli("--limt", "2").returncode == 2 and cli("--limit", "two").returncode == 2
     for flag, value in (("--engine", "tpu"), ("--math_prompt", "cot"), ("--lcb_timeout", "0"), ("--limit", "-1")):
         r = cli("--ckpt", str(tmp_path), flag, value)
         assert r.returncode != 0 and flag in r.stderr, (flag, r.stderr)
@@ -100,14 +109,15 @@ def test_math_extraction_and_azr_normalisation():
     assert st("\\text{east}") == "" and st("5 m", skip_unit=True) == "5m"
 
 
-def test_math_grading_right_wrong_and_hostile_answers():
-    right = [("\\frac{1}{2}", "0.5"), ("27", "27"), ("(3,\\frac{\\pi}{2})", "(3,\\frac{\\pi}{2})"), ("[1,3]", "[1, 3]"),
-             ("x^2+2x+1", "(x+1)^2"), ("1000", "1,000")]
+def test_math_scoring_right_wrong_and_hostile_answers():
+    right = [("\\frac{1}{2}", "0.5"), ("27", "27"), ("(3,\\frac{\\pi}{2})", "(3,\\frac{\\pi}{2})"),
+             ("[1,3]", "[1, 3]"), ("x^2+2x+1", "(x+1)^2"), ("1000", "1,000")]
     wrong = [("18", "17"), ("\\frac{1}{2}", "\\frac{1}{3}"), ("(1,2)", "(2,1)"), ("3", ""),
              ("\\frac{\\sqrt{3}}{2}", "\\sin(60^\\circ)"), ("2", "x" * 3000), ("1", "9^{9^{9^{9}}}"),
              ("4", "\\frac{1}{0}"), ("5", "\\boxed{\\boxed{\\boxed{6}}}")]
     start = time.monotonic()
-    got = G.grade_math([(G.strip_string(g), G.strip_string(p)) for g, p in right + wrong], timeout=3.0, workers=2)
+    pairs = [(G.strip_string(g), G.strip_string(p)) for g, p in right + wrong]
+    got = G.score_math(pairs, timeout=3.0, workers=2)
     assert got == [True] * len(right) + [False] * len(wrong)
     assert time.monotonic() - start < 120   # the power tower times out (3 s) instead of hanging
 
@@ -125,7 +135,8 @@ def test_selfcheck_cli_on_the_fixtures():
 
 # ----------------------------------------------------------------------------- code
 
-HUMANEVAL_WRONG = {   # fixture task -> (program that passes by EvalPlus's rules, program that fails)
+# fixture task -> (program that passes by EvalPlus's rules, program that fails)
+HUMANEVAL_WRONG = {
     0: ("def has_close_elements(numbers, threshold):\n"
         "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n",
         "def has_close_elements(numbers, threshold):\n    return False\n"),
@@ -139,23 +150,27 @@ HUMANEVAL_WRONG = {   # fixture task -> (program that passes by EvalPlus's rules
         "def find_zero(xs):\n    return 0.0\n"),
 }
 MBPP_WRONG = {
-    0: ("def similar_elements(a, b):\n    return tuple(sorted(set(a) & set(b), reverse=True))\n",   # set oracle
+    # set oracle
+    0: ("def similar_elements(a, b):\n    return tuple(sorted(set(a) & set(b), reverse=True))\n",
         "def similar_elements(a, b):\n    return tuple(set(a) | set(b))\n"),
-    2: ("import re\ndef check_str(s):\n    return bool(re.match('[aeiouAEIOU]', s))\n",   # output-not-None oracle
+    # output-not-None oracle
+    2: ("import re\ndef check_str(s):\n    return bool(re.match('[aeiouAEIOU]', s))\n",
         "def check_str(s):\n    return None\n"),
     4: ("def last(arr, x):\n    return max(i for i, v in enumerate(arr) if v == x)\n",
         "def last(arr, x):\n    return 0\n"),
 }
 
 
-def test_evalplus_grading_canonical_right_and_wrong_programs():
+def test_evalplus_scoring_canonical_right_and_wrong_programs():
     for name, table in (("humanevalplus", HUMANEVAL_WRONG), ("mbppplus", MBPP_WRONG)):
         items = E.load_benchmark(name, FIX)
         programs = [(k, it["canonical"]) for k, it in enumerate(items)]
-        programs += [(k, ok) for k, (ok, _) in table.items()] + [(k, bad) for k, (_, bad) in table.items()]
-        verdicts = G.grade_evalplus(name, items, programs, CFG)
+        programs += [(k, ok) for k, (ok, _) in table.items()]
+        programs += [(k, bad) for k, (_, bad) in table.items()]
+        verdicts = G.score_evalplus(name, items, programs, CFG)
         want = [True] * len(items) + [True] * len(table) + [False] * len(table)
-        assert [v["correct"] for v in verdicts] == want, [(p[1][:40], v) for p, v in zip(programs, verdicts)]
+        shown = [(p[1][:40], v) for p, v in zip(programs, verdicts)]
+        assert [v["correct"] for v in verdicts] == want, shown
         assert all(v["reason"] for v in verdicts if not v["correct"])
 
 
@@ -178,7 +193,8 @@ def test_hostile_programs_are_wrong_answers_not_crashes_or_hangs():
                "def broken(:\n"]
     cfg = dict(CFG, min_time_limit=1.0, task_timeout=4.0)
     start = time.monotonic()
-    verdicts = E.grade("humanevalplus", items, [(0, code) for code in hostile] + [(0, items[0]["canonical"])], cfg)
+    programs = [(0, code) for code in hostile] + [(0, items[0]["canonical"])]
+    verdicts = E.score("humanevalplus", items, programs, cfg)
     assert [v["correct"] for v in verdicts] == [False] * len(hostile) + [True], verdicts
     assert all(v["reason"] for v in verdicts[:-1])
     assert time.monotonic() - start < 120
@@ -200,7 +216,8 @@ LCB_PROGRAMS = [   # (fixture item, program, passes?)
 
 def test_livecodebench_functional_and_stdin_tests():
     items = E.load_benchmark("livecodebench", FIX)
-    verdicts = E.grade("livecodebench", items, [(k, code) for k, code, _ in LCB_PROGRAMS], dict(CFG, lcb_timeout=2.0))
+    programs = [(k, code) for k, code, _ in LCB_PROGRAMS]
+    verdicts = E.score("livecodebench", items, programs, dict(CFG, lcb_timeout=2.0))
     assert [v["correct"] for v in verdicts] == [ok for _, _, ok in LCB_PROGRAMS], verdicts
     assert "time limit" in verdicts[2]["reason"]
 
@@ -208,18 +225,21 @@ def test_livecodebench_functional_and_stdin_tests():
 def test_code_extraction():
     evalplus = "def f(x):\n    return x + 1\n\nprint(f(1))\nassert f(2) == 3\n```\nSome explanation."
     assert E.extract_code("humanevalplus", evalplus) == "def f(x):\n    return x + 1"
-    cut = "import math\ndef g(y):\n    return math.sqrt(y)\ndef h(\n"   # cut off at the token budget
+    # cut off at the token budget
+    cut = "import math\ndef g(y):\n    return math.sqrt(y)\ndef h(\n"
     assert E.extract_code("mbppplus", cut) == "import math\n\ndef g(y):\n    return math.sqrt(y)"
     lcb = ("<think>```python\nwrong()\n```</think>\n<answer>Here:\n```python\nprint(1)\n```\nand\n"
            "```python\nprint(2)\n```</answer>")
     assert E.extract_code("livecodebench", lcb) == "print(2)\n"
-    assert E.extract_code("livecodebench", "```python\nprint(3)\n```") == ""   # no <answer>: no program
+    # no <answer>: no program
+    assert E.extract_code("livecodebench", "```python\nprint(3)\n```") == ""
 
 
 # ----------------------------------------------------------------------------- end to end
 
 def _checkpoint(folder, roles, cache, scale):
-    """A saved tiny population; scale > 0 perturbs lora_B of the first member (others stay zero = the base)."""
+    """A saved tiny population; scale > 0 perturbs lora_B of the first member (others stay zero =
+    the base)."""
     import torch
     import population as P
     cfg = dict(model="tiny", lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0,
@@ -230,9 +250,14 @@ def _checkpoint(folder, roles, cache, scale):
     if scale:
         gen = torch.Generator().manual_seed(1)
         weights = P.get_adapter(model, members[0]["name"])
-        P.set_adapter(model, members[0]["name"], {k: torch.randn(v.shape, generator=gen) * scale if "lora_B" in k else v
-                                                  for k, v in weights.items()})
-    return P.save_checkpoint(folder, 3, model, members, {}, {"config": cfg}, {"code_i": [], "code_o": [], "code_f": []})
+        perturbed = {}
+        for k, v in weights.items():
+            perturbed[k] = v
+            if "lora_B" in k:
+                perturbed[k] = torch.randn(v.shape, generator=gen) * scale
+        P.set_adapter(model, members[0]["name"], perturbed)
+    archive = {"code_i": [], "code_o": [], "code_f": []}
+    return P.save_checkpoint(folder, 3, model, members, {}, {"config": cfg}, archive)
 
 
 def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
@@ -249,19 +274,27 @@ def test_evaluate_end_to_end_on_a_tiny_checkpoint(tmp_path):
     for row in result["scores"].values():
         assert all(0.0 <= row[n] <= 100.0 for n in E.BENCHMARKS)
         assert row["math_avg6"] == round(sum(row[n] for n in E.MATH6) / 6, 2)
-    assert list(result["table"]) == ["base", "baseline", "population mean", "best teacher", "best student",
-                                     "weakest member"]
-    assert result["table"]["best teacher"]["row"] == "t0" and result["table"]["best student"]["row"] == "s0"
+    assert list(result["table"]) == ["base", "baseline", "population mean", "best teacher",
+                                     "best student", "weakest member"]
+    assert result["table"]["best teacher"]["row"] == "t0"
+    assert result["table"]["best student"]["row"] == "s0"
     assert all(len(result["items"][n][row]) == 2 for n in E.BENCHMARKS for row in result["scores"])
-    # the zero-B slots equal the base exactly; the perturbed teacher does not (adapters really are applied)
-    text = lambda row: [s["response"] for n in E.BENCHMARKS for s in result["samples"][n][row]]   # noqa: E731
-    assert text("s0") == text("base") == text("baseline") and text("t0") != text("base")
+    # the zero-B slots equal the base exactly; the perturbed teacher does not (adapters really are
+    # applied)
+    def text(row):
+        responses = []
+        for n in E.BENCHMARKS:
+            responses += [s["response"] for s in result["samples"][n][row]]
+        return responses
+    assert text("s0") == text("base") == text("baseline")
+    assert text("t0") != text("base")
     md = (tmp_path / "eval" / "eval.md").read_text()
     assert "| best teacher | t0 |" in md and "math_avg7" in md and md.count("\n|") >= 8
 
 
 def _tiny_data(folder, count=6):
-    """data_dir/tiny.jsonl: `count` problems of the laptop world, task types in turn (tinyworld's rows)."""
+    """data_dir/tiny.jsonl: `count` problems of the laptop world, task types in turn (tinyworld's
+    rows)."""
     import tinyworld
     os.makedirs(folder, exist_ok=True)
     rows = tinyworld.problem_rows(tinyworld.build_pool(5, count, 4, 4, 0.0), "tiny")
@@ -275,12 +308,14 @@ def test_tiny_benchmark_grades_golds_right_and_others_wrong(tmp_path):
     assert [it["task"] for it in items] == ["code_i", "code_o", "code_f"] * 3
     report = E.selfcheck(dict(CFG, data_dir=data, benchmarks="tiny"))
     assert report == {"tiny": {"records": 9, "passed": 9, "failed": []}}
-    # another problem's gold, a format error, and f(...) as a code_o answer (f is not in scope there)
+    # another problem's gold, a format error, and f(...) as a code_o answer (f is not in scope
+    # there)
     golds = {"code_i": "input", "code_o": "output", "code_f": "program"}
     wrong = [(k, items[(k + 3) % 9]["problem"][golds[it["task"]]]) for k, it in enumerate(items)]
     wrong += [(0, ""), (1, f"f({items[1]['problem']['input']})")]
-    verdicts = E.grade("tiny", items, wrong, CFG)
-    assert sum(v["correct"] for v in verdicts[:9]) <= 2, verdicts   # a code_i input may fit two programs
+    verdicts = E.score("tiny", items, wrong, CFG)
+    # a code_i input may fit two programs
+    assert sum(v["correct"] for v in verdicts[:9]) <= 2, verdicts
     assert not verdicts[9]["correct"] and "format error" in verdicts[9]["reason"]
     assert not verdicts[10]["correct"]
     response = f"x </think> <answer>```output\n{items[1]['problem']['output']}\n```</answer>"
@@ -317,8 +352,9 @@ def test_report_writes_every_figure(tmp_path):
     r = cli("report", str(tmp_path / "pop"), str(tmp_path / "base"))
     assert r.returncode == 0, r.stderr
     figures = json.loads(r.stdout.strip().splitlines()[-1])["figures"]
-    assert sorted(figures) == sorted(f"{n}.png" for n in ("rates", "difficulty", "complexity", "ratings", "matches",
-                                                           "archive", "student_vs_teacher", "response_len"))
+    names = ("rates", "difficulty", "complexity", "ratings", "matches", "archive",
+             "student_vs_teacher", "response_len")
+    assert sorted(figures) == sorted(f"{n}.png" for n in names)
     md = (tmp_path / "pop" / "report" / "report.md").read_text()
     for f in figures:
         data = (tmp_path / "pop" / "report" / f).read_bytes()
@@ -328,7 +364,7 @@ def test_report_writes_every_figure(tmp_path):
     assert r.returncode != 0 and "metrics.jsonl not found" in r.stderr
 
 
-# ----------------------------------------------------------------------------- the real data (../shared)
+# ------------------------------------------------------------------------ the real data (../shared)
 
 @pytest.mark.slow
 def test_canonical_solutions_real():
@@ -345,7 +381,8 @@ def test_gold_answers_real():
     data = shared_path("benchmarks")
     report = E.selfcheck(dict(E.config, data_dir=data, benchmarks="math"))
     print(json.dumps(report))
-    assert {n: r["records"] for n, r in report.items()} == {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500,
-                                                           "minerva_math": 272, "olympiadbench": 675, "gsm8k": 1319}
+    records = {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "minerva_math": 272,
+               "olympiadbench": 675, "gsm8k": 1319}
+    assert {n: r["records"] for n, r in report.items()} == records
     for name, row in report.items():
         assert set(row["failed"]) == set(KNOWN_MATH.get(name, {})), (name, row["failed"])

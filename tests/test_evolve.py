@@ -1,6 +1,7 @@
-"""evolve.py: reference/evolve.md §6.4 — the universal properties 1–8 for every operator (parametrised), the
-per-operator properties against dense float64 algebra on small shapes, the fail-safe, and the replacement step
-(SPEC §7). The LoraConfig part of property 1 does not apply: operators never see the config (evolve.py docstring)."""
+"""evolve.py: reference/evolve.md §6.4 — the universal properties 1–8 for every operator
+(parametrised), the per-operator properties against dense float64 algebra on small shapes, the
+fail-safe, and the replacement step (SPEC §7). The LoraConfig part of property 1 does not apply:
+operators never see the config (evolve.py docstring)."""
 import math
 
 import pytest
@@ -9,22 +10,27 @@ import torch
 import evolve
 
 R = 4
-SHAPES = {"self_attn.q_proj": (48, 64), "self_attn.k_proj": (16, 64), "mlp.down_proj": (64, 96)}  # (out, in)
+# (out, in)
+SHAPES = {"self_attn.q_proj": (48, 64), "self_attn.k_proj": (16, 64), "mlp.down_proj": (64, 96)}
 OPS = [("mutation", n) for n in evolve.MUTATIONS] + [("crossover", n) for n in evolve.CROSSOVERS]
-STOCHASTIC = {"spectral_jitter", "gauss_rel", "component_resample", "scale_jitter", "rank_rotation", "input_noise",
-              "module_swap", "layer_block_swap", "component_splice", "core_dare", "delta_slerp"}
+STOCHASTIC = {"spectral_jitter", "gauss_rel", "component_resample", "scale_jitter", "rank_rotation",
+              "input_noise", "module_swap", "layer_block_swap", "component_splice", "core_dare",
+              "delta_slerp"}
 A, B = evolve.A_KEY, evolve.B_KEY
 
 
 def make(seed, layers=6, r=R, dtype=torch.float32, zero_b=False, shapes=SHAPES):
-    """A trained-looking adapter: PEFT-init A rows U(±1/√in), B columns with a decaying scale (or B = 0, fresh)."""
+    """A trained-looking adapter: PEFT-init A rows U(±1/√in), B columns with a decaying scale
+    (or B = 0, fresh)."""
     g = torch.Generator().manual_seed(seed)
     ad = {}
     for layer in range(layers):
         for name, (out, inp) in shapes.items():
             stem = f"base_model.model.model.layers.{layer}.{name}"
             ad[stem + A] = ((torch.rand(r, inp, generator=g) * 2 - 1) / inp ** 0.5).to(dtype)
-            ad[stem + B] = (0.05 * torch.randn(out, r, generator=g) * 0.8 ** torch.arange(r) * (not zero_b)).to(dtype)
+            decay = 0.8 ** torch.arange(r)
+            b = 0.05 * torch.randn(out, r, generator=g) * decay * (not zero_b)
+            ad[stem + B] = b.to(dtype)
     return ad
 
 
@@ -36,7 +42,9 @@ def run(kind, name, parents, seed=0, **hp):
 
 
 def pair(kind, dtype=torch.float32, **kw):
-    return [make(0, dtype=dtype, **kw)] if kind == "mutation" else [make(0, dtype=dtype, **kw), make(1, dtype=dtype, **kw)]
+    if kind == "mutation":
+        return [make(0, dtype=dtype, **kw)]
+    return [make(0, dtype=dtype, **kw), make(1, dtype=dtype, **kw)]
 
 
 def dw(ad, s):
@@ -56,7 +64,7 @@ def rotated(ad, seed=7):
     return evolve.rank_rotation(ad, torch.Generator().manual_seed(seed))
 
 
-# ----------------------------------------------------------------------------- universal properties 1-7
+# ------------------------------------------------------------------------- universal properties 1-7
 
 @pytest.mark.parametrize("kind,name", OPS)
 def test_same_keys_shapes_dtypes_devices_and_finite(kind, name):
@@ -64,8 +72,10 @@ def test_same_keys_shapes_dtypes_devices_and_finite(kind, name):
     child = run(kind, name, parents)
     assert list(child) == list(parents[0])
     for k, v in child.items():
-        assert (v.shape, v.dtype, v.device) == (parents[0][k].shape, parents[0][k].dtype, parents[0][k].device), k
-        assert torch.isfinite(v).all() and v.is_contiguous(), k                      # contiguous: safetensors
+        first = parents[0][k]
+        assert (v.shape, v.dtype, v.device) == (first.shape, first.dtype, first.device), k
+        # contiguous: safetensors
+        assert torch.isfinite(v).all() and v.is_contiguous(), k
 
 
 @pytest.mark.parametrize("kind,name", OPS)
@@ -75,7 +85,8 @@ def test_parents_untouched_and_not_aliased(kind, name):
     child = run(kind, name, parents)
     for p, b in zip(parents, before):
         assert all(torch.equal(p[k], b[k]) for k in p)
-        assert all(child[k].data_ptr() != p[k].data_ptr() for k in p)   # editing the child cannot edit a parent
+        # editing the child cannot edit a parent
+        assert all(child[k].data_ptr() != p[k].data_ptr() for k in p)
 
 
 @pytest.mark.parametrize("kind,name", OPS)
@@ -107,14 +118,16 @@ def test_trace_trick_matches_dense():
     ad32 = make(3)
     for s, v in evolve.delta_norms(ad32).items():
         assert v == pytest.approx(dense[s], rel=1e-6)
-    assert evolve.delta_norm(ad) == pytest.approx(math.sqrt(sum(v * v for v in dense.values())), rel=1e-10)
+    whole = math.sqrt(sum(v * v for v in dense.values()))
+    assert evolve.delta_norm(ad) == pytest.approx(whole, rel=1e-10)
 
 
 @pytest.mark.parametrize("kind,name", OPS)
 @pytest.mark.parametrize("fresh", [False, True], ids=["trained", "fresh_B0"])
 def test_no_dead_slots(kind, name, fresh):
-    """A slot with a_j = 0 and b_j = 0 never trains again; every child A row must be non-zero. A fresh (B = 0)
-    parent has ΔW = 0, so SVD-based children refill every slot with a random row of norm 1/√3."""
+    """A slot with a_j = 0 and b_j = 0 never trains again; every child A row must be non-zero. A
+    fresh (B = 0) parent has ΔW = 0, so SVD-based children refill every slot with a random row of
+    norm 1/√3."""
     child = run(kind, name, pair(kind, zero_b=fresh))
     for s in evolve.modules(child):
         assert (child[s + A].norm(dim=1) > 1e-6).all(), s
@@ -133,12 +146,12 @@ def test_bf16_in_bf16_out_within_rounding(kind, name):
         assert float((dw(child16, s) - ref).abs().max()) <= 2e-2 * float(ref.abs().max()) + 1e-30, s
 
 
-# ----------------------------------------------------------------------------- property 8: scalability guard
+# -------------------------------------------------------------------- property 8: scalability guard
 
 @pytest.mark.parametrize("kind,name", OPS)
 def test_scalability_guard_200k(kind, name):
-    """out = in = 200,000, r = 4: the factors are 3 MB each, a dense ΔW would be 160 GB, so any densification
-    fails (out of memory) or never finishes."""
+    """out = in = 200,000, r = 4: the factors are 3 MB each, a dense ΔW would be 160 GB, so any
+    densification fails (out of memory) or never finishes."""
     big = {"mlp.down_proj": (200_000, 200_000)}
     parents = [make(s, layers=1, shapes=big) for s in ((0,) if kind == "mutation" else (0, 1))]
     child, info = evolve.apply_operator(name, kind, parents, torch.Generator().manual_seed(0))
@@ -165,7 +178,8 @@ def test_spectral_jitter():
     for s in evolve.modules(p):
         U, S, V, _ = svd_top(dw(p, s))
         d = dw(child, s)
-        assert rel(U @ (U.T @ d), d) < 1e-10 and rel((d @ V) @ V.T, d) < 1e-10   # same row/column spaces
+        # same row/column spaces
+        assert rel(U @ (U.T @ d), d) < 1e-10 and rel((d @ V) @ V.T, d) < 1e-10
         assert math.exp(-4 * tau) <= float(d.norm() / dw(p, s).norm()) <= math.exp(4 * tau)
         assert rel(d, dw(p, s)) > 1e-3
 
@@ -181,7 +195,8 @@ def test_gauss_rel():
         change = sum(rel(dw(c, s), dw(p, s)) for c in draws) / len(draws)
         assert 0.5 * math.sqrt(2) * sigma <= change <= 2 * math.sqrt(2) * sigma
         mean = sum(dw(c, s) for c in draws) / len(draws)
-        assert rel(mean, dw(p, s)) < 0.25 * change                                          # E[ΔW'] = ΔW
+        # E[ΔW'] = ΔW
+        assert rel(mean, dw(p, s)) < 0.25 * change
     fresh = evolve.gauss_rel(make(0, zero_b=True), gen, sigma=0.05)
     assert all(torch.count_nonzero(fresh[s + B]) == 0 for s in stems)
     half = evolve.gauss_rel(make(0, layers=6), gen, module_frac=0.5)
@@ -196,7 +211,8 @@ def test_component_resample(mode):
     k = 2  # ⌈0.5·4⌉
     for s in evolve.modules(p):
         U, S, V, _ = svd_top(dw(p, s))
-        C = U.T @ (dw(p, s) - dw(child, s)) @ V                  # removed part in the parent's singular basis
+        # removed part in the parent's singular basis
+        C = U.T @ (dw(p, s) - dw(child, s)) @ V
         diag = torch.diagonal(C)
         assert (C - torch.diag(diag)).abs().max() < 1e-10 * S[0]
         dropped = (diag - S).abs() < 1e-10 * S[0]
@@ -208,14 +224,16 @@ def test_component_resample(mode):
         dead = child[s + B].norm(dim=0) == 0
         assert int(dead.sum()) == k
         Ad, Al = child[s + A][dead], child[s + A][~dead]
-        assert (Ad.norm(dim=1) > 0.5).all() and (Ad @ Al.T).abs().max() < 1e-10           # fresh, orthogonal
+        # fresh, orthogonal
+        assert (Ad.norm(dim=1) > 0.5).all() and (Ad @ Al.T).abs().max() < 1e-10
 
 
 def test_scale_jitter():
     p = make(0, dtype=torch.float64)
     ratios = {}
     for per_adapter in (True, False):
-        child = evolve.scale_jitter(p, torch.Generator().manual_seed(2), sigma_s=0.3, per_adapter=per_adapter)
+        child = evolve.scale_jitter(p, torch.Generator().manual_seed(2), sigma_s=0.3,
+                                    per_adapter=per_adapter)
         r = []
         for s in evolve.modules(p):
             d, d0 = dw(child, s).flatten(), dw(p, s).flatten()
@@ -223,7 +241,8 @@ def test_scale_jitter():
             r.append(float(d.norm() / d0.norm()))
             assert 0.7 - 1e-9 <= r[-1] <= 1.4 + 1e-9
         ratios[per_adapter] = r
-    assert max(ratios[True]) - min(ratios[True]) < 1e-9 and max(ratios[False]) - min(ratios[False]) > 1e-3
+    assert max(ratios[True]) - min(ratios[True]) < 1e-9
+    assert max(ratios[False]) - min(ratios[False]) > 1e-3
     clipped = evolve.scale_jitter(p, torch.Generator().manual_seed(0), sigma_s=50.0)
     c = evolve.delta_norm(clipped) / evolve.delta_norm(p)
     assert min(abs(c - 0.7), abs(c - 1.4)) < 1e-9
@@ -238,7 +257,8 @@ def test_rank_rotation(theta):
         assert float(child[s + A].norm()) == pytest.approx(float(p[s + A].norm()), rel=1e-12)
         assert float(child[s + B].norm()) == pytest.approx(float(p[s + B].norm()), rel=1e-12)
         assert not torch.allclose(child[s + A], p[s + A])
-    Rm = evolve.random_orthogonal(5, R, theta, torch.Generator().manual_seed(0), torch.empty(0, dtype=torch.float64))
+    like = torch.empty(0, dtype=torch.float64)
+    Rm = evolve.random_orthogonal(5, R, theta, torch.Generator().manual_seed(0), like)
     assert torch.allclose(Rm.mT @ Rm, torch.eye(R, dtype=torch.float64).expand(5, R, R), atol=1e-12)
 
 
@@ -249,7 +269,8 @@ def test_input_noise():
         assert torch.equal(child[s + B], p[s + B])
         Q = torch.linalg.qr(p[s + B]).Q
         d = dw(child, s)
-        assert rel(Q @ (Q.T @ d), d) < 1e-12 and rel(d, dw(p, s)) > 1e-3            # col space ⊆ span(B)
+        # col space ⊆ span(B)
+        assert rel(Q @ (Q.T @ d), d) < 1e-12 and rel(d, dw(p, s)) > 1e-3
 
 
 # ----------------------------------------------------------------------------- crossovers
@@ -259,19 +280,24 @@ def test_linear_0_5_is_a_factor_average_and_gauge_dependent():
     child = evolve.linear_0_5(p1, p2)
     assert all(torch.equal(child[k], (p1[k] + p2[k]) / 2) for k in p1)
     q = make(0, dtype=torch.float64)
-    child = evolve.linear_0_5(q, rotated(q))             # same ΔW, different gauge: the documented non-property
+    # same ΔW, different gauge: the documented non-property
+    child = evolve.linear_0_5(q, rotated(q))
     assert min(rel(dw(child, s), dw(q, s)) for s in evolve.modules(q)) > 0.05
 
 
 def source(child, parents, s):
-    hits = [i for i, p in enumerate(parents) if all(torch.equal(child[s + x], p[s + x]) for x in (A, B))]
+    hits = []
+    for i, p in enumerate(parents):
+        if all(torch.equal(child[s + x], p[s + x]) for x in (A, B)):
+            hits.append(i)
     assert hits, f"module {s} is not a bit-for-bit copy of a parent module"
     return hits[0]
 
 
 def test_module_swap():
     parents = [make(0), make(1)]
-    child, info = evolve.apply_operator("module_swap", "crossover", parents, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    child, info = evolve.apply_operator("module_swap", "crossover", parents, gen)
     src = {s: source(child, parents, s) for s in evolve.modules(child)}
     assert 0 < sum(src.values()) < len(src) and info["donors"] == src
     for p_swap, want in ((1.0, 0), (0.0, 1)):
@@ -287,9 +313,11 @@ def test_layer_block_swap(k):
         by_layer = {}
         for s in evolve.modules(child):
             by_layer.setdefault(evolve.layer_of(s), set()).add(source(child, parents, s))
-        assert all(len(v) == 1 for v in by_layer.values())                 # a layer never mixes parents
+        # a layer never mixes parents
+        assert all(len(v) == 1 for v in by_layer.values())
         seq = [by_layer[l].pop() for l in sorted(by_layer)]
-        assert seq[0] == 0 and sum(a != b for a, b in zip(seq, seq[1:])) == k   # fitter first, exactly k cuts
+        # fitter first, exactly k cuts
+        assert seq[0] == 0 and sum(a != b for a, b in zip(seq, seq[1:])) == k
     one = make(0, layers=1), make(1, layers=1)
     child = evolve.layer_block_swap(*one, torch.Generator().manual_seed(0))
     assert all(torch.equal(child[x], one[0][x]) for x in child)
@@ -305,7 +333,8 @@ def test_delta_lincomb_svd_is_exact():
         for s in evolve.modules(p1):
             target = w * dw(p1, s) + (1 - w) * dw(p2, s)
             U, S, V, full = svd_top(target)
-            assert rel(dw(child, s), U @ torch.diag(S) @ V.T) < 1e-8          # Eckart–Young, dense SVD in fp64
+            # Eckart–Young, dense SVD in fp64
+            assert rel(dw(child, s), U @ torch.diag(S) @ V.T) < 1e-8
             err = float((target - dw(child, s)).norm())
             assert err == pytest.approx(float(full[R:].square().sum().sqrt()), rel=1e-8)
     same = evolve.delta_lincomb_svd(p1, p1, gen)
@@ -315,16 +344,20 @@ def test_delta_lincomb_svd_is_exact():
     matched = evolve.delta_lincomb_svd(p1, p2, gen)
     for s in evolve.modules(p1):
         assert rel(dw(same, s), dw(p1, s)) < 1e-8 and rel(dw(keep1, s), dw(p1, s)) < 1e-8
-        assert rel(dw(gauge, s), dw(plain, s)) < 1e-8                        # invariant to either parent's gauge
+        # invariant to either parent's gauge
+        assert rel(dw(gauge, s), dw(plain, s)) < 1e-8
         mean = (dw(p1, s).norm() + dw(p2, s).norm()) / 2
         assert float(dw(matched, s).norm()) == pytest.approx(float(mean), rel=1e-5)
-        rms = (p1[s + A].norm() + p2[s + A].norm()) / 2                      # gauge fix: parents' A scale
+        # gauge fix: parents' A scale
+        rms = (p1[s + A].norm() + p2[s + A].norm()) / 2
         assert float(matched[s + A].norm()) == pytest.approx(float(rms), rel=1e-8)
 
 
 def components(d, idx):
     U, S, V, _ = svd_top(d)
-    return sum(S[j] * torch.outer(U[:, j], V[:, j]) for j in idx) if len(idx) else torch.zeros_like(d)
+    if not len(idx):
+        return torch.zeros_like(d)
+    return sum(S[j] * torch.outer(U[:, j], V[:, j]) for j in idx)
 
 
 def test_component_splice():
@@ -340,7 +373,8 @@ def test_component_splice():
         assert rel(dw(tail, s), components(d1, [0]) + components(d2, [1, 2, 3])) < 1e-8
         assert rel(dw(all1, s), d1) < 1e-8
         options = [components(d1, range(k)) + components(d2, range(R - k)) for k in range(1, R)]
-        assert min(rel(dw(rand, s), o) for o in options) < 1e-8              # k ~ U{1..r-1} per module
+        # k ~ U{1..r-1} per module
+        assert min(rel(dw(rand, s), o) for o in options) < 1e-8
 
 
 def test_aligned_factor_avg():
@@ -352,7 +386,9 @@ def test_aligned_factor_avg():
         a1, b1, a2, b2 = p1[s + A][None], p1[s + B][None], p2[s + A][None], p2[s + B][None]
         Rm = evolve.procrustes(a1, b1, a2, b2)
         assert torch.allclose(Rm.mT @ Rm, torch.eye(R, dtype=torch.float64), atol=1e-12)
-        cost = lambda Q: float((Q @ a2 - a1).square().sum() + (b2 @ Q.mT - b1).square().sum())  # noqa: E731
+
+        def cost(Q):
+            return float((Q @ a2 - a1).square().sum() + (b2 @ Q.mT - b1).square().sum())
         assert cost(Rm) <= cost(torch.eye(R, dtype=torch.float64)[None]) + 1e-12
 
 
@@ -360,11 +396,14 @@ def test_core_ties_and_core_dare():
     p1, p2 = make(0, dtype=torch.float64), make(1, dtype=torch.float64)
     gen = torch.Generator().manual_seed(0)
     for s in evolve.modules(p1):
-        Qb, cores, Qa = evolve.core_space([p1[s + B][None], p2[s + B][None]], [p1[s + A][None], p2[s + A][None]])
+        Bs = [p1[s + B][None], p2[s + B][None]]
+        As = [p1[s + A][None], p2[s + A][None]]
+        Qb, cores, Qa = evolve.core_space(Bs, As)
         for p, C in zip((p1, p2), cores):
             assert rel((Qb @ C @ Qa.mT)[0], dw(p, s)) < 1e-10                 # cores are lossless
     same = evolve.core_ties(p1, p1, gen, density=1.0)
-    only1 = evolve.core_ties(p1, p2, gen, density=1.0, weights=(1.0, 0.0), norm="keep")  # zeros never vote
+    # zeros never vote
+    only1 = evolve.core_ties(p1, p2, gen, density=1.0, weights=(1.0, 0.0), norm="keep")
     dare0 = evolve.core_dare(p1, p2, gen, p=0.0, norm="keep")
     exact = evolve.delta_lincomb_svd(p1, p2, gen, norm="keep")
     ties = evolve.core_ties(p1, p2, gen)
@@ -377,17 +416,22 @@ def test_core_ties_and_core_dare():
 def test_weighted_multi():
     ps = [make(i, dtype=torch.float64) for i in range(3)]
     gen = torch.Generator().manual_seed(0)
-    one_hot = [evolve.weighted_multi(ps[0], ps[1], gen, weights=w) for w in ([1.0, 0.0], [0.0, 1.0])]
+    one_hot = []
+    for w in ([1.0, 0.0], [0.0, 1.0]):
+        one_hot.append(evolve.weighted_multi(ps[0], ps[1], gen, weights=w))
     twice = evolve.weighted_multi(ps[0], ps[1], gen, weights=[2.0, 2.0])
     equal = evolve.weighted_multi(ps[0], ps[1], gen, fitness=[3.0, 3.0])
     mean = evolve.delta_lincomb_svd(ps[0], ps[1], gen)
     three = evolve.weighted_multi(ps, None, gen, weights=[0.5, 0.3, 0.2])
     perm = evolve.weighted_multi(ps[2], [ps[0], ps[1]], gen, weights=[0.2, 0.5, 0.3])
     stems = evolve.modules(ps[0])
-    per_module = evolve.weighted_multi(ps[0], ps[1], gen, weights=[{s: float(i == 0) for i, s in enumerate(stems)},
-                                                                    {s: float(i != 0) for i, s in enumerate(stems)}])
+    first_module_from_0 = {s: float(i == 0) for i, s in enumerate(stems)}
+    others_from_1 = {s: float(i != 0) for i, s in enumerate(stems)}
+    per_module = evolve.weighted_multi(ps[0], ps[1], gen,
+                                       weights=[first_module_from_0, others_from_1])
     for i, s in enumerate(stems):
-        assert rel(dw(one_hot[0], s), dw(ps[0], s)) < 1e-8 and rel(dw(one_hot[1], s), dw(ps[1], s)) < 1e-8
+        assert rel(dw(one_hot[0], s), dw(ps[0], s)) < 1e-8
+        assert rel(dw(one_hot[1], s), dw(ps[1], s)) < 1e-8
         assert rel(dw(twice, s), dw(equal, s)) < 1e-10 and rel(dw(equal, s), dw(mean, s)) < 1e-10
         assert rel(dw(three, s), dw(perm, s)) < 1e-8
         assert rel(dw(per_module, s), dw(ps[0] if i == 0 else ps[1], s)) < 1e-8
@@ -403,7 +447,8 @@ def dense_slerp(d1, d2, t):
     """SLERP of two dense matrices: the arc point at fraction t, at the interpolated norm."""
     theta = torch.arccos((unit(d1) * unit(d2)).sum().clamp(-1, 1))
     n_t = (1 - t) * d1.norm() + t * d2.norm()
-    return n_t * (torch.sin((1 - t) * theta) * unit(d1) + torch.sin(t * theta) * unit(d2)) / torch.sin(theta)
+    direction = torch.sin((1 - t) * theta) * unit(d1) + torch.sin(t * theta) * unit(d2)
+    return n_t * direction / torch.sin(theta)
 
 
 def angle(x, y):
@@ -437,7 +482,8 @@ def test_delta_slerp_against_dense_algebra():
 
 def test_delta_slerp_walks_the_arc_with_a_random_t_per_module():
     """Parents with the same row and column spaces: their arc stays rank r, so no truncation and the
-    child is exactly on it: the two angles add up to θ, the norm is interpolated at t = angle / θ."""
+    child is exactly on it: the two angles add up to θ, the norm is interpolated at t = angle / θ.
+    """
     p1 = make(0, dtype=torch.float64)
     g = torch.Generator().manual_seed(5)
     p2 = {}
@@ -452,7 +498,8 @@ def test_delta_slerp_walks_the_arc_with_a_random_t_per_module():
         theta = angle(d1, d2)
         assert angle(d, d1) + angle(d, d2) == pytest.approx(theta, rel=1e-7)
         t = angle(d, d1) / theta
-        assert float(d.norm()) == pytest.approx(float((1 - t) * d1.norm() + t * d2.norm()), rel=1e-7)
+        interpolated = float((1 - t) * d1.norm() + t * d2.norm())
+        assert float(d.norm()) == pytest.approx(interpolated, rel=1e-7)
         ts.append(t)
     assert min(ts) >= 0 and max(ts) <= 1 and max(ts) - min(ts) > 0.3       # t ~ U(0, 1) per module
 
@@ -476,11 +523,16 @@ def test_delta_slerp_falls_back_to_the_lerp():
 def test_fallback_to_copy_parent():
     p, gen = make(0), torch.Generator().manual_seed(0)
     child, info = evolve.apply_operator("gauss_rel", "mutation", [p], gen, sigma=float("inf"))
-    assert info["fallback"] and "non-finite" in info["reason"] and all(torch.equal(child[k], p[k]) for k in p)
-    child, info = evolve.apply_operator("scale_jitter", "mutation", [p], gen, c_min=20.0, c_max=20.0)
-    assert info["fallback"] and "safe band" in info["reason"] and all(torch.equal(child[k], p[k]) for k in p)
-    child, info = evolve.apply_operator("scale_jitter", "mutation", [p], gen, c_min=20.0, c_max=20.0, band=(0.25, 30))
-    assert not info["fallback"] and info["delta_norm"] == pytest.approx(20 * info["parent_delta_norms"][0], rel=1e-3)
+    assert info["fallback"] and "non-finite" in info["reason"]
+    assert all(torch.equal(child[k], p[k]) for k in p)
+    child, info = evolve.apply_operator("scale_jitter", "mutation", [p], gen, c_min=20.0,
+                                        c_max=20.0)
+    assert info["fallback"] and "safe band" in info["reason"]
+    assert all(torch.equal(child[k], p[k]) for k in p)
+    child, info = evolve.apply_operator("scale_jitter", "mutation", [p], gen, c_min=20.0,
+                                        c_max=20.0, band=(0.25, 30))
+    assert not info["fallback"]
+    assert info["delta_norm"] == pytest.approx(20 * info["parent_delta_norms"][0], rel=1e-3)
 
 
 def test_bad_input_is_a_clear_error():
@@ -497,7 +549,7 @@ def test_bad_input_is_a_clear_error():
         evolve.component_resample(p, gen, rho=0.0)
 
 
-# ----------------------------------------------------------------------------- replacement step (SPEC §7)
+# ----------------------------------------------------------------------- replacement step (SPEC §7)
 
 def population(mus, roles=("teacher", "student")):
     members, adapters, i = [], {}, 0
@@ -511,41 +563,51 @@ def population(mus, roles=("teacher", "student")):
 
 
 def step(members, adapters, seed=0, **cfg):
-    return evolve.replacement_step(members, adapters, {"evolve_frac": 0.25, "crossover_prob": 0.5, **cfg},
-                                   torch.Generator().manual_seed(seed), step=10, next_id=100)
+    cfg = {"evolve_frac": 0.25, "crossover_prob": 0.5, **cfg}
+    return evolve.replacement_step(members, adapters, cfg, torch.Generator().manual_seed(seed),
+                                   step=10, next_id=100)
 
 
 def test_replacement_step_records():
     members, adapters = population([30.0, 20.0, 25.0, 10.0])
-    members.append({"name": "solo", "role": "both", "id": 50, "mu": 0.0, "sigma": 1.0})   # role of one: skipped
+    # role of one: skipped
+    members.append({"name": "solo", "role": "both", "id": 50, "mu": 0.0, "sigma": 1.0})
     adapters["solo"] = make(50, layers=2)
     before = {n: {k: v.clone() for k, v in a.items()} for n, a in adapters.items()}
     for seed in range(6):
         records = step(members, adapters, seed)
-        assert [r["name"] for r in records] == ["t3", "s3"] and [r["id"] for r in records] == [100, 101]
+        assert [r["name"] for r in records] == ["t3", "s3"]
+        assert [r["id"] for r in records] == [100, 101]
         for r in records:
             by_name = {m["name"]: m for m in members}
-            assert set(r["parent_names"]) <= {r["name"][0] + "0", r["name"][0] + "2"}       # top half only
+            # top half only
+            assert set(r["parent_names"]) <= {r["name"][0] + "0", r["name"][0] + "2"}
             ps = [by_name[n] for n in r["parent_names"]]
-            assert [p["id"] for p in ps] == r["parents"] and ps == sorted(ps, key=lambda m: -m["mu"])
+            assert [p["id"] for p in ps] == r["parents"]
+            assert ps == sorted(ps, key=lambda m: -m["mu"])
             assert r["kind"] == ("crossover" if len(ps) == 2 else "mutation") and r["step"] == 10
             assert r["operator"] in (evolve.CROSSOVERS if len(ps) == 2 else evolve.MUTATIONS)
             assert r["mu"] == pytest.approx(sum(p["mu"] for p in ps) / len(ps))
             assert r["sigma"] == pytest.approx(25 / 3)
-            copies = r["operator"] == "copy_parent" or r["operator"] in evolve.SWAPS or r["fallback"]
-            assert (r["copy_optimizer_from"] == ps[0]["name"]) if copies else r["copy_optimizer_from"] is None
+            copies = r["operator"] == "copy_parent" or r["operator"] in evolve.SWAPS
+            if copies or r["fallback"]:
+                assert r["copy_optimizer_from"] == ps[0]["name"]
+            else:
+                assert r["copy_optimizer_from"] is None
             if r["operator"] in evolve.SWAPS:
                 assert set(r["optimizer_donors"]) == set(evolve.modules(r["adapter"]))
                 for stem, donor in r["optimizer_donors"].items():
                     assert torch.equal(r["adapter"][stem + A], adapters[donor][stem + A])
-            assert list(r["adapter"]) == list(adapters[r["name"]]) and r["info"]["operator"] == r["operator"]
+            assert list(r["adapter"]) == list(adapters[r["name"]])
+            assert r["info"]["operator"] == r["operator"]
     assert all(torch.equal(adapters[n][k], v[k]) for n, v in before.items() for k in v)
 
 
 def test_replacement_step_never_replaces_the_best_and_is_reproducible():
     members, adapters = population([1.0, 5.0, 3.0, 4.0])
     records = step(members, adapters, evolve_frac=1.0)
-    assert sorted(r["name"] for r in records) == ["s0", "s2", "s3", "t0", "t2", "t3"]      # n - 1 per role
+    # n - 1 per role
+    assert sorted(r["name"] for r in records) == ["s0", "s2", "s3", "t0", "t2", "t3"]
     again = step(members, adapters, evolve_frac=1.0)
     for r, q in zip(records, again):
         assert (r["operator"], r["parent_names"]) == (q["operator"], q["parent_names"])
@@ -554,13 +616,20 @@ def test_replacement_step_never_replaces_the_best_and_is_reproducible():
 
 def test_replacement_step_operator_choice():
     members, adapters = population([4.0, 3.0, 2.0, 1.0])
-    crossing = step(members, adapters, crossover_prob=1.0, crossovers="delta_lincomb_svd", mutations="")
-    assert all(r["operator"] == "delta_lincomb_svd" and len(set(r["parents"])) == 2 for r in crossing)
-    drawn = {r["operator"] for seed in range(12)
-             for r in step(members, adapters, seed, crossover_prob=0.0, mutations="gauss_rel, scale_jitter")}
-    assert drawn == {"gauss_rel", "scale_jitter"}                               # uniform over the enabled list
+    crossing = step(members, adapters, crossover_prob=1.0, crossovers="delta_lincomb_svd",
+                    mutations="")
+    assert all(r["operator"] == "delta_lincomb_svd" for r in crossing)
+    assert all(len(set(r["parents"])) == 2 for r in crossing)
+    drawn = set()
+    for seed in range(12):
+        records = step(members, adapters, seed, crossover_prob=0.0,
+                       mutations="gauss_rel, scale_jitter")
+        drawn.update(r["operator"] for r in records)
+    # uniform over the enabled list
+    assert drawn == {"gauss_rel", "scale_jitter"}
     two, adapters2 = population([2.0, 1.0])
-    forced = step(two, adapters2, crossover_prob=1.0, mutations="input_noise")  # one top-half parent: mutate
+    # one top-half parent: mutate
+    forced = step(two, adapters2, crossover_prob=1.0, mutations="input_noise")
     assert [r["operator"] for r in forced] == ["input_noise", "input_noise"]
     with pytest.raises(ValueError, match="unknown operator"):
         step(members, adapters, mutations="gauss_rel,warp_drive")
