@@ -664,10 +664,6 @@ def score_evalplus(name, items, programs, cfg):
     return verdicts
 
 
-# the old name: tests/test_sandbox_hostile.py still calls it (goes when it says score_evalplus)
-grade_evalplus = score_evalplus
-
-
 def _lcb_same(exp, out, stdin):
     """LCB: functional outputs ==; stdin outputs line by line after strip, a line may also match as
     Decimals."""

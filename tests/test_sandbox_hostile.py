@@ -299,7 +299,7 @@ def test_forged_mark_lines_fail_their_program_only():
         hostile.append("import sys\n" + head + write + "    raise SystemExit\n")
     programs = [(0, code) for code in hostile]
     programs += [(0, items[0]["canonical"]), (0, head + "    return False\n")]
-    verdicts = graders.grade_evalplus("humanevalplus", items, programs, EVAL_CFG)
+    verdicts = graders.score_evalplus("humanevalplus", items, programs, EVAL_CFG)
     assert [v["correct"] for v in verdicts] == [False] * len(hostile) + [True, False], verdicts
 
 
@@ -324,7 +324,7 @@ def test_switching_off_the_alarm_does_not_buy_time():
              "            pass\n        spent.append(1)\n    return _right(numbers, threshold)\n")
     cfg = dict(EVAL_CFG, min_time_limit=0.05, time_limit_factor=1.0, task_timeout=0.5)
     programs = [(0, cheat), (0, items[0]["canonical"])]
-    verdicts = graders.grade_evalplus("humanevalplus", items, programs, cfg)
+    verdicts = graders.score_evalplus("humanevalplus", items, programs, cfg)
     assert [v["correct"] for v in verdicts] == [False, True], verdicts
     assert "time" in verdicts[0]["reason"], verdicts[0]
 
