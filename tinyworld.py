@@ -23,6 +23,11 @@ What is here:
 - the warm start: next-token loss (response tokens weight 1, prompt tokens 0.25), AdamW, cosine lr, a fixed number
   of steps: deterministic given the seed and thread count; cached under cache_dir keyed by a hash of every setting,
   written atomically, with seeds.jsonl (a start-up archive from the same world, for --seed_archive).
+- the held-out benchmark (heldout_benchmark, `evaluate.py --benchmarks tiny`): 30 problems per task
+  type from a generator seed the warm start never used, none of whose programs appears anywhere in
+  its corpus or seed archive (40% of raw draws would: short programs repeat, so they are filtered
+  out); training pools in AZR's seed format drawn the same way and disjoint from it (pool_rows, for
+  bench/learning_check.py).
 Measured on the default settings (step 0 of 4T+4S through train.py, temperature 1, `bench/tiny_world.py --probe`):
 teacher proposals 75% valid (code_i 81%, code_o 81%, code_f 62%), student solve rate 14% (code_i 6%, code_o 10%,
 code_f 26%): inside the issue's aim (>= 30% valid, solve rate in (0.1, 0.9)). The build: 4,000 programs, 24,000

@@ -16,6 +16,7 @@ dense SVD factors ΔWᵀ, the faster orientation, so dense_module_s_fp64 flatter
 
     python bench/evolve_bench.py                 # full run; the two dense SVDs take minutes on 2 cores
     python bench/evolve_bench.py --layers 2 --skip-dense   # quick look
+    python bench/evolve_bench.py --skip-dense --operators delta_slerp,delta_lincomb_svd   # a few
 """
 import argparse
 import json
@@ -96,15 +97,19 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default, all cores)")
     ap.add_argument("--skip-dense", action="store_true", help="skip the dense-route comparison (minutes)")
+    ap.add_argument("--operators", default="", help="comma-separated operators to time; '' = all")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     p1, p2 = build_parents(args.layers, args.rank, args.seed)
+    chosen = [name.strip() for name in args.operators.split(",") if name.strip()]
     seconds, fallbacks = {}, []
     for kind, table in (("mutation", evolve.MUTATIONS), ("crossover", evolve.CROSSOVERS)):
         parents = [p1] if kind == "mutation" else [p1, p2]
         for name in table:
+            if chosen and name not in chosen:
+                continue
             gen = torch.Generator().manual_seed(args.seed)
             s, (child, info) = timed(lambda: evolve.apply_operator(name, kind, parents, gen), args.repeats)
             seconds[name] = round(s, 4)

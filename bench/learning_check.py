@@ -35,7 +35,7 @@ TASKS = ("code_i", "code_o", "code_f")
 
 
 def run(command, log_path):
-    """Run a command from the repository root, its output into log_path; stop with the log's tail."""
+    """Run a command from the repository root, output into log_path; stop with the log's tail."""
     start = time.time()
     with open(log_path, "w") as log:
         done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -87,12 +87,13 @@ def checkpoint_row(result, students):
     values = [row["students"][name]["tiny"] for name in students]
     row.update(mean=round(sum(values) / len(values), 2), best=max(values), weakest=min(values))
     for task in TASKS:
-        row[f"mean_{task}"] = round(sum(row["students"][n][task] for n in students) / len(students), 2)
+        values = [row["students"][name][task] for name in students]
+        row[f"mean_{task}"] = round(sum(values) / len(values), 2)
     return row
 
 
 def training_curve(metrics_path, students):
-    """Per step: the students' mean training solve rate per task type (on the pool, temperature 1)."""
+    """Per step: the students' mean training solve rate per task type (pool, temperature 1)."""
     curve = []
     with open(metrics_path) as f:
         for line in f:
@@ -139,16 +140,17 @@ def plot(path, base, rows, curve):
 
 def report(path, result):
     base, rows, last = result["base"], result["checkpoints"], result["checkpoints"][-1]
-    lines = [f"# Learning check: students on a fixed pool, held-out tiny benchmark", "",
-             f"Command: `{result['command']}`", "",
-             f"Git commit: `{result['git_commit']}`"
-             + (f" (uncommitted changes in: {', '.join(result['git_dirty'])})" if result["git_dirty"]
-                else ""), "",
+    commit = f"Git commit: `{result['git_commit']}`"
+    if result["git_dirty"]:
+        commit += f" (uncommitted changes in: {', '.join(result['git_dirty'])})"
+    lines = ["# Learning check: students on a fixed pool, held-out tiny benchmark", "",
+             f"Command: `{result['command']}`", "", commit, "",
              f"Training command: `{' '.join(result['train_command'][1:])}`", "",
              f"Verdict: **{result['verdict']}**", "",
-             "Held-out greedy pass@1 (%), 90 problems (30 per task type); gained / lost = problems a "
-             "student solves that the base does not / the reverse, p = exact two-sided sign test.", "",
-             "| step | row | all | code_i | code_o | code_f | gained | lost | p |", "|---" * 9 + "|",
+             "Held-out greedy pass@1 (%), 90 problems (30 per task type); gained / lost = problems "
+             "a student solves that the base does not / the reverse; p: exact two-sided sign test.",
+             "", "| step | row | all | code_i | code_o | code_f | gained | lost | p |",
+             "|---" * 9 + "|",
              f"| 0 | base | {base['tiny']:.1f} | " + " | ".join(f"{base[t]:.1f}" for t in TASKS)
              + " | | | |"]
     for row in rows:
@@ -158,16 +160,63 @@ def report(path, result):
                          + f" | {s['gained']} | {s['lost']} | {s['p_value']:.3g} |")
         lines.append(f"| {row['step']} | mean | {row['mean']:.1f} | "
                      + " | ".join(f"{row['mean_' + t]:.1f}" for t in TASKS) + " | | | |")
-    lines += ["", "Training solve rate on the pool (students' mean, temperature 1), every 5 steps:", "",
+    lines += ["", "The same on 90 problems of the training pool (greedy; the students trained on "
+              "them at temperature 1):", "", "| step | base | mean | best | weakest |", "|---" * 5 + "|"]
+    for row in result["pool_checkpoints"]:
+        lines.append(f"| {row['step']} | {result['pool_base']['tiny']:.1f} | {row['mean']:.1f} | "
+                     f"{row['best']:.1f} | {row['weakest']:.1f} |")
+    lines += ["", "Training solve rate on the pool (students' mean, temperature 1), every 5 steps:",
+              "",
               "| step | code_i | code_o | code_f | grad norm |", "|---|---|---|---|---|"]
     for point in result["training_curve"][::5] + result["training_curve"][-1:]:
         cells = " | ".join("-" if point[t] is None else f"{point[t]:.3f}" for t in TASKS)
         lines.append(f"| {point['step']} | {cells} | {point['grad_norm']:.3g} |")
     lines += ["", f"Last checkpoint (step {last['step']}): mean {last['mean']:.1f} vs base "
-              f"{base['tiny']:.1f}; wall {result['wall_s']:.0f} s (train {result['train_s']:.0f} s).",
+              f"{base['tiny']:.1f}; wall {result['wall_s']:.0f} s "
+              f"(train {result['train_s']:.0f} s).",
               "", "![held-out pass@1 and training solve rate](heldout.png)", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+def pool_split(pool, count):
+    """The first `count` pool programs as a benchmark file's rows (tinyworld.problem_rows' format,
+    task types in turn): greedy pass@1 on problems the students trained on."""
+    rows = []
+    for j in range(min(count, len(pool) // 2)):
+        task = TASKS[j % len(TASKS)]
+        pair, induction = pool[2 * j], pool[2 * j + 1]
+        row = {"id": f"pool/{j}", "task": task, "program": pair["snippet"]}
+        if task == "code_f":
+            row.update(inputs=induction["inputs"], message=induction["message"])
+        else:
+            row["input"] = pair["input"]
+        rows.append(row)
+    return rows
+
+
+def evaluate_split(args, train_dir, split, data_dir, students):
+    """evaluate.py --benchmarks tiny on every checkpoint: the held-out file (data_dir "") or the
+    pool split -> (base scores, one checkpoint_row per checkpoint)."""
+    checkpoints = sorted(n for n in os.listdir(train_dir) if n.startswith("step_"))
+    rows, base = [], None
+    for name in checkpoints:
+        out_dir = os.path.join(args.runs, f"eval_{split}", name)
+        print(f"evaluating {name} on the {split} split", file=sys.stderr, flush=True)
+        command = eval_command(args, os.path.join(train_dir, name), out_dir)
+        if data_dir:
+            command += ["--data_dir", data_dir]
+        run(command, os.path.join(args.runs, f"eval_{split}_{name}.log"))
+        with open(os.path.join(out_dir, "eval.json")) as f:
+            result = json.load(f)
+        scores = result["scores"]["base"]
+        mine = {"tiny": scores["tiny"], **{task: scores[f"tiny_{task}"] for task in TASKS}}
+        # greedy, the same zero-B slot: every evaluation must give the base the same score
+        if base is not None and mine != base:
+            raise SystemExit(f"the base scored {mine} at {name} but {base} before: not greedy?")
+        base = mine
+        rows.append(checkpoint_row(result, students))
+    return base, rows
 
 
 def main():
@@ -181,6 +230,7 @@ def main():
     parser.add_argument("--pool", type=int, default=300, help="programs in the training pool")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
+    parser.add_argument("--skip_train", action="store_true", help="evaluate the existing run again")
     parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "out", "learning_check"))
     parser.add_argument("--out", default=os.path.join(ROOT, "results", "learning_check"))
@@ -189,33 +239,26 @@ def main():
     os.makedirs(args.runs, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     model = tinyworld.warm_base(args.cache, log=lambda *x: print(*x, file=sys.stderr))
-    pool_path = tinyworld.write_jsonl(os.path.join(args.runs, "pool.jsonl"),
-                                      tinyworld.pool_rows(args.pool))
+    pool = tinyworld.pool_rows(args.pool)
+    pool_path = tinyworld.write_jsonl(os.path.join(args.runs, "pool.jsonl"), pool)
+    split_dir = os.path.join(args.runs, "pool_split")
+    os.makedirs(split_dir, exist_ok=True)
+    tinyworld.write_jsonl(os.path.join(split_dir, "tiny.jsonl"), pool_split(pool, 90))
     train_dir = os.path.join(args.runs, "run")
-    if os.path.exists(os.path.join(train_dir, "metrics.jsonl")):
-        os.remove(os.path.join(train_dir, "metrics.jsonl"))  # a fresh run, not a resume
     command = train_command(args, model, pool_path, train_dir)
-    print(f"training: {' '.join(command)}", file=sys.stderr, flush=True)
-    train_s = run(command, os.path.join(args.runs, "train.log"))
+    train_s = 0.0
+    if not args.skip_train:
+        if os.path.exists(os.path.join(train_dir, "metrics.jsonl")):
+            os.remove(os.path.join(train_dir, "metrics.jsonl"))  # a fresh run, not a resume
+        print(f"training: {' '.join(command)}", file=sys.stderr, flush=True)
+        train_s = run(command, os.path.join(args.runs, "train.log"))
     students = [f"s{i}" for i in range(args.students)]
-    checkpoints = sorted(n for n in os.listdir(train_dir) if n.startswith("step_"))
-    rows, base = [], None
-    for name in checkpoints:
-        out_dir = os.path.join(args.runs, "eval", name)
-        print(f"evaluating {name}", file=sys.stderr, flush=True)
-        run(eval_command(args, os.path.join(train_dir, name), out_dir),
-            os.path.join(args.runs, f"eval_{name}.log"))
-        with open(os.path.join(out_dir, "eval.json")) as f:
-            result = json.load(f)
-        scores = result["scores"]["base"]
-        mine = {"tiny": scores["tiny"], **{task: scores[f"tiny_{task}"] for task in TASKS}}
-        # greedy, the same zero-B slot: every evaluation must give the base the same score
-        if base is not None and mine != base:
-            raise SystemExit(f"the base scored {mine} at {name} but {base} before: not deterministic")
-        base = mine
-        rows.append(checkpoint_row(result, students))
+    base, rows = evaluate_split(args, train_dir, "heldout", "", students)
+    pool_base, pool_rows = evaluate_split(args, train_dir, "pool", split_dir, students)
     last = rows[-1]
-    significant = all(s["p_value"] < 0.05 and s["gained"] > s["lost"] for s in last["students"].values())
+    significant = True
+    for s in last["students"].values():
+        significant = significant and s["p_value"] < 0.05 and s["gained"] > s["lost"]
     if last["mean"] > base["tiny"] and significant:
         verdict = "rose"
     elif last["mean"] > base["tiny"]:
@@ -226,13 +269,15 @@ def main():
     result = {"command": " ".join(["python", "bench/learning_check.py"] + sys.argv[1:]),
               "git_commit": commit, "git_dirty": dirty, "train_command": command,
               "settings": vars(args), "base": base, "checkpoints": rows, "verdict": verdict,
+              "pool_base": pool_base, "pool_checkpoints": pool_rows,
               "training_curve": training_curve(os.path.join(train_dir, "metrics.jsonl"), students),
               "train_s": round(train_s, 1), "wall_s": round(time.time() - start, 1)}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot(os.path.join(args.out, "heldout.png"), base, rows, result["training_curve"])
     report(os.path.join(args.out, "report.md"), result)
-    print(json.dumps({"base": base, "last": last, "verdict": verdict, "wall_s": result["wall_s"]}))
+    print(json.dumps({"base": base, "last": last, "pool_base": pool_base, "pool_last": pool_rows[-1],
+                      "verdict": verdict, "wall_s": result["wall_s"]}))
 
 
 if __name__ == "__main__":
