@@ -24,7 +24,8 @@ import torch
 
 import verify
 
-# AZR's minimal seed program (azr.md §5.2) and its code_f seed, with 4 inputs of ours (verify wants 10)
+# AZR's minimal seed program (azr.md §5.2) and its code_f seed, with 4 inputs of ours (verify
+# wants 10)
 IDENTITY = "def f(a):\n    return a"
 IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whatever you input",
                   inputs=['"Hello world"', "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)",
@@ -53,19 +54,22 @@ def read_seed_files(paths):
                     program = row.get("snippet") or row["program"]
                     if "inputs" in row:
                         inputs = [str(x) for x in row["inputs"]]
-                        induction.append(dict(program=program, inputs=inputs, message=str(row["message"])))
+                        message = str(row["message"])
+                        induction.append(dict(program=program, inputs=inputs, message=message))
                     else:
                         pairs.append(dict(program=program, input=str(row["input"])))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SystemExit(f"--seed_archive {path!r}: {e!r} at line {number}; expected JSON lines with "
-                             "snippet + input, or snippet + inputs + message (AZR's seed format)")
+            raise SystemExit(f"--seed_archive {path!r}: {e!r} at line {number}; expected JSON "
+                             "lines with snippet + input, or snippet + inputs + message (AZR's "
+                             "seed format)")
     return pairs, induction
 
 
 def seed_archive(seed_files, check):
-    """The start-up archive: AZR's identity program, or the seed files' problems, re-validated in the
-    sandbox (check: [(task, item)] -> verify.validate results); invalid ones are dropped and counted.
-    A code_i/code_o seed goes into both archives. Returns (archive, one line saying what was kept)."""
+    """The start-up archive: AZR's identity program, or the seed files' problems, re-validated in
+    the sandbox (check: [(task, item)] -> verify.validate results); invalid ones are dropped and
+    counted. A code_i/code_o seed goes into both archives. Returns (archive, one line saying what
+    was kept)."""
     pairs, induction = [dict(program=IDENTITY, input='"Hello world"')], [dict(IDENTITY_F)]
     if seed_files:
         pairs, induction = read_seed_files(seed_files)
@@ -77,12 +81,18 @@ def seed_archive(seed_files, check):
         for target in (("code_i", "code_o") if task == "code_o" else ("code_f",)):
             archive[target].append(dict(as_problem(seed, result), step=-1))
     # the cap applies from the first step on
-    describe([p for problems in archive.values() for p in problems])
+    seeds = []
+    for problems in archive.values():
+        for p in problems:
+            seeds.append(p)
+    describe(seeds)
     kept = len(archive["code_o"]) + len(archive["code_f"])
     line = (f"seed archive: {len(archive['code_o'])}/{len(pairs)} code_i/code_o and "
-            f"{len(archive['code_f'])}/{len(induction)} code_f seeds valid; {len(jobs) - kept} dropped")
+            f"{len(archive['code_f'])}/{len(induction)} code_f seeds valid; "
+            f"{len(jobs) - kept} dropped")
     if not archive["code_o"]:
-        raise SystemExit("no valid code_i/code_o seed program: teachers would have nothing to build on")
+        raise SystemExit("no valid code_i/code_o seed program: teachers would have nothing to "
+                         "build on")
     return archive, line
 
 
@@ -121,12 +131,14 @@ def pick_recent(problems, step, need, rng):
 
 @functools.lru_cache(maxsize=1)
 def cvt_centroids(cells=4096, iterations=5):
-    """The fixed 4096-cell CVT of the unit box over the 4 complexity descriptors (SPEC §10): Lloyd's
-    k-means over uniform samples with a fixed seed, once per process (seconds, deterministic)."""
+    """The fixed 4096-cell CVT of the unit box over the 4 complexity descriptors (SPEC §10):
+    Lloyd's k-means over uniform samples with a fixed seed, once per process (seconds,
+    deterministic)."""
     samples = torch.rand(cells * 4, len(BOX), generator=torch.Generator().manual_seed(0))
     centroids = samples[:cells].clone()
     for _ in range(iterations):
-        nearest = torch.cat([torch.cdist(chunk, centroids).argmin(1) for chunk in samples.split(4096)])
+        per_chunk = [torch.cdist(chunk, centroids).argmin(1) for chunk in samples.split(4096)]
+        nearest = torch.cat(per_chunk)
         counts = torch.bincount(nearest, minlength=cells)[:, None]
         sums = torch.zeros_like(centroids).index_add_(0, nearest, samples)
         centroids = torch.where(counts > 0, sums / counts.clamp(min=1), centroids)
@@ -143,5 +155,8 @@ def describe(problems):
 
 def coverage(archive):
     """Share of the coverage map's cells that hold at least one archive problem."""
-    cells = {p["cell"] for problems in archive.values() for p in problems}
+    cells = set()
+    for problems in archive.values():
+        for p in problems:
+            cells.add(p["cell"])
     return len(cells) / len(cvt_centroids())

@@ -41,7 +41,8 @@ def teacher_metrics(prefix, proposals):
         f"teacher/{prefix}difficulty": mean(1 - rate for rate in solve_rates),
     }
     for task in verify.TASKS:
-        row[f"teacher/{prefix}valid_rate/{task}"] = mean(p["valid"] for p in proposals if p["task"] == task)
+        key = f"teacher/{prefix}valid_rate/{task}"
+        row[key] = mean(p["valid"] for p in proposals if p["task"] == task)
     return row
 
 
@@ -52,7 +53,8 @@ def student_metrics(prefix, attempts):
         f"student/{prefix}reward": mean(a["reward"] for a in generated),
     }
     for task in verify.TASKS:
-        row[f"student/{prefix}solve_rate/{task}"] = mean(a["correct"] for a in attempts if a["task"] == task)
+        key = f"student/{prefix}solve_rate/{task}"
+        row[key] = mean(a["correct"] for a in attempts if a["task"] == task)
     return row
 
 
@@ -151,9 +153,9 @@ def write_lines(path, rows):
 
 
 def start_logs(cfg, paths, start, world, resume):
-    """Rank 0: drop the metrics/samples lines after the checkpoint a resumed run continues from, save
-    the resolved config and the git commit, open wandb if asked for (lazy import). Returns the wandb
-    run or None."""
+    """Rank 0: drop the metrics/samples lines after the checkpoint a resumed run continues from,
+    save the resolved config and the git commit, open wandb if asked for (lazy import). Returns the
+    wandb run or None."""
     for path in paths.values():
         kept = []
         if os.path.exists(path):
@@ -165,7 +167,8 @@ def start_logs(cfg, paths, start, world, resume):
         os.replace(path + ".tmp", path)
     here = os.path.dirname(os.path.abspath(__file__))
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here)
-    saved = {"config": cfg, "world": world, "resumed_from": resume, "git_commit": commit.stdout.strip()}
+    saved = {"config": cfg, "world": world, "resumed_from": resume,
+             "git_commit": commit.stdout.strip()}
     with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
         json.dump(saved, f, indent=1)
     if not cfg["wandb_project"]:

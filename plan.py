@@ -4,8 +4,8 @@ Why a file of its own: train.py runs the loop; this answers one question before 
 (does this configuration fit one GPU per rank?), and train.py asks it again at start-up on CUDA,
 stopping with the table when the answer is no.
 
-What one rank holds (SPEC §9: every rank holds the base, every member, every optimizer state and its
-own vLLM engine; it trains every member, one at a time):
+What one rank holds (SPEC §9: every rank holds the base, every member, every optimizer state and
+its own vLLM engine; it trains every member, one at a time):
 - the base for training, in the training dtype (counted exactly on the meta device: nothing loaded);
 - every member's LoRA weights in float32 (peft keeps adapters in float32 under a bf16 base), counted
   exactly from the target modules' shapes: r x (in + out) per module;
@@ -70,7 +70,8 @@ def head_size(config):
 
 def layer_elements(config):
     """Elements per token one decoder layer keeps for backward: residual input, two norm outputs,
-    q, attention output, o-projection input, k and v, and the MLP's gate, up, activation, product."""
+    q, attention output, o-projection input, k and v, and the MLP's gate, up, activation,
+    product."""
     kv = config.num_key_value_heads * head_size(config)
     return 7 * config.hidden_size + 2 * kv + 4 * config.intermediate_size
 
@@ -99,7 +100,8 @@ def gpu_size_gb(cfg):
     if cfg["gpu_memory_gb"]:
         return cfg["gpu_memory_gb"]
     if not torch.cuda.is_available():
-        raise SystemExit("--plan: no GPU to read the memory size from; pass --gpu_memory_gb (e.g. 80)")
+        raise SystemExit("--plan: no GPU to read the memory size from; pass --gpu_memory_gb "
+                         "(e.g. 80)")
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GB
 
 
@@ -147,7 +149,8 @@ def memory_plan(cfg, roles):
         "cuda_context": CUDA_CONTEXT_GB * GB,
     }
     chunk = cfg["logprob_chunk"]
-    activations = activation_bytes(config, cfg["micro_batch_tokens"], dtype_bytes, checkpointing, chunk)
+    tokens = cfg["micro_batch_tokens"]
+    activations = activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk)
     total = sum(fixed.values()) + activations
     room = limit * GB - sum(fixed.values())
     row = {"model": cfg["model"], "dtype": dtype, "members": members,
@@ -178,24 +181,28 @@ def table(row):
         "adapters": "every member's LoRA weights, float32",
         "gradients": "one member at a time (+ all_reduce buffer)",
         "optimizer": "AdamW moments, every member",
-        "vllm": f"engine share (KV cache {row['gb/kv_cache']} GB = {row['kv_cache_tokens']:,} tokens)",
+        "vllm": (f"engine share (KV cache {row['gb/kv_cache']} GB = "
+                 f"{row['kv_cache_tokens']:,} tokens)"),
         "cuda_context": "context, workspaces, fragmentation",
         "activations": "one micro-batch, calibrated",
     }
     for key, note in notes.items():
         lines.append(f"  {key:<13}{row['gb/' + key]:>8.2f} GB  {note}")
     verdict = "fits" if row["fits"] else "does NOT fit"
-    lines.append(f"  {'total':<13}{row['gb/total']:>8.2f} GB  of {row['gb/limit']:.2f} GB: {verdict}; "
-                 f"largest micro_batch_tokens that fits: {row['max_micro_batch_tokens']:,}")
+    lines.append(f"  {'total':<13}{row['gb/total']:>8.2f} GB  of {row['gb/limit']:.2f} GB: "
+                 f"{verdict}; largest micro_batch_tokens that fits: "
+                 f"{row['max_micro_batch_tokens']:,}")
     return "\n".join(lines)
 
 
 def check_fits(cfg, roles):
-    """train.py's start-up check on CUDA: the plan, or SystemExit with its table when it does not fit."""
+    """train.py's start-up check on CUDA: the plan, or SystemExit with its table when it does not
+    fit."""
     row = memory_plan(cfg, roles)
     if not row["fits"]:
-        raise SystemExit(f"{table(row)}\nthis configuration does not fit in {row['gb/limit']:.0f} GB "
-                         f"per GPU (python train.py --plan shows this plan): lower --micro_batch_tokens "
-                         f"(at most {row['max_micro_batch_tokens']:,} fits), --gpu_memory_utilization "
+        raise SystemExit(f"{table(row)}\nthis configuration does not fit in "
+                         f"{row['gb/limit']:.0f} GB per GPU (python train.py --plan shows this "
+                         f"plan): lower --micro_batch_tokens (at most "
+                         f"{row['max_micro_batch_tokens']:,} fits), --gpu_memory_utilization "
                          f"or --max_new_tokens, or use fewer members per node")
     return row

@@ -316,10 +316,10 @@ def _base_only(model):
 
 
 def embed_texts(model, tokenizer, texts, batch_size=16):
-    """The frozen base's view of each text: its last hidden states, mean-pooled over the text's tokens,
-    with every adapter switched off. [len(texts), hidden] float32 on the CPU; deterministic (the base
-    never changes), so a resumed run recomputes the same vectors. Used by the related-systems options
-    (OpenSIR's novelty, LEEPS's neighbours)."""
+    """The frozen base's view of each text: its last hidden states, mean-pooled over the text's
+    tokens, with every adapter switched off. [len(texts), hidden] float32 on the CPU; deterministic
+    (the base never changes), so a resumed run recomputes the same vectors. Used by the
+    related-systems options (OpenSIR's novelty, LEEPS's neighbours)."""
     base = model.get_base_model()
     device = next(model.parameters()).device
     rows = []

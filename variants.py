@@ -19,8 +19,8 @@ import verify
 
 
 def band_difficulty(solve_rate, low, high):
-    """OpenSIR's calibrated difficulty [ours: a trapezoid]: 1 for a solve rate inside the learnable band
-    [low, high], falling linearly to 0 at p = 0 (never solved) and p = 1 (always solved)."""
+    """OpenSIR's calibrated difficulty [ours: a trapezoid]: 1 for a solve rate inside the learnable
+    band [low, high], falling linearly to 0 at p = 0 (never solved) and p = 1 (always solved)."""
     if low <= solve_rate <= high:
         return 1.0
     if solve_rate < low:
@@ -29,8 +29,8 @@ def band_difficulty(solve_rate, low, high):
 
 
 def novelty(vector, others, neighbours):
-    """OpenSIR's novelty: the mean cosine distance (1 - cos, halved into [0, 1]) from `vector` [H] to
-    its `neighbours` nearest rows of `others` [N, H]; 1 when there is nothing to compare with."""
+    """OpenSIR's novelty: the mean cosine distance (1 - cos, halved into [0, 1]) from `vector` [H]
+    to its `neighbours` nearest rows of `others` [N, H]; 1 when there is nothing to compare with."""
     if len(others) == 0:
         return 1.0
     cosine = torch.nn.functional.cosine_similarity(others, vector[None, :], dim=1)
@@ -49,9 +49,9 @@ def opensir_teacher_reward(valid, solve_rate, novel, cfg):
 
 
 def soar_teacher_reward(valid, improvement):
-    """teacher_reward=soar: invalid -1; every valid problem of a teacher shares its matched student's
-    change of pass rate on the hard probe set over this step's update (grounded in measured
-    progress, not a learnability proxy)."""
+    """teacher_reward=soar: invalid -1; every valid problem of a teacher shares its matched
+    student's change of pass rate on the hard probe set over this step's update (grounded in
+    measured progress, not a learnability proxy)."""
     if not valid:
         return -1.0
     return improvement
@@ -110,21 +110,22 @@ def load_probe(path, check):
     probe = []
     for (task, item), result in zip(jobs, check(verify.validate, jobs)):
         if not result["valid"]:
-            raise SystemExit(f"--soar_probe {path}: a {task} problem is not valid ({result['reason']})")
+            raise SystemExit(f"--soar_probe {path}: a {task} problem is not valid "
+                             f"({result['reason']})")
         probe.append((task, archive.as_problem(item, result)))
     return probe
 
 
 def leeps_pick(problems, step, need, rng, embeddings, stats, neighbours=4):
-    """LEEPS-style top-up selection (topup=leeps; our reconstruction for code tasks in a population):
-    indices of `need` problems older than this step, drawn from two portfolios so that few picked
-    groups come back with identical rewards (no learning signal):
+    """LEEPS-style top-up selection (topup=leeps; our reconstruction for code tasks in a
+    population): indices of `need` problems older than this step, drawn from two portfolios so that
+    few picked groups come back with identical rewards (no learning signal):
     - exploit: problems whose recent top-ups gave rewards that varied; weight = that share;
     - explore: the others; a problem never topped up is weighted by its representation-space
       neighbours' share (the `neighbours` nearest problems with a history, cosine over `embeddings`
       [len(problems), H]; 0.5 with none), one whose history is all-trivial by a small floor.
-    The budget splits by each portfolio's recent non-trivial ratio (`stats` {"exploit": [non-trivial,
-    groups], "explore": [...]}, Laplace-smoothed). Deterministic given rng."""
+    The budget splits by each portfolio's recent non-trivial ratio (`stats` {"exploit":
+    [non-trivial, groups], "explore": [...]}, Laplace-smoothed). Deterministic given rng."""
     older = [i for i, p in enumerate(problems) if p["step"] < step]
     if not older or need <= 0:
         return []
@@ -177,9 +178,9 @@ def weighted_sample(items, weights, count, rng):
 
 
 def record_outcomes(attempts, keep, stats):
-    """After rewards: each top-up group (one problem's attempts by one student) adds 1 to its problem's
-    history if its rewards varied, else 0 (the last `keep` are kept), and counts toward the portfolio
-    (exploit if the problem had a non-trivial outcome before) in `stats`."""
+    """After rewards: each top-up group (one problem's attempts by one student) adds 1 to its
+    problem's history if its rewards varied, else 0 (the last `keep` are kept), and counts toward
+    the portfolio (exploit if the problem had a non-trivial outcome before) in `stats`."""
     groups = {}
     for a in attempts:
         if a["proposal"] is None and a["reward"] is not None:
