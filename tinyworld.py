@@ -1,41 +1,51 @@
-"""A laptop-scale PopuLoRA world: a tiny Qwen2 base warm-started on a synthetic corpus, so that on CPU its teachers
-write some valid programs and the self-play rewards carry signal (issue 7).
+"""A laptop-scale PopuLoRA world: a tiny Qwen2 base warm-started on a synthetic corpus, so that on
+CPU its teachers write some valid programs and the self-play rewards carry signal (issue 7).
 
-  python tinyworld.py [CACHE_DIR]         # build (or reuse) the cached warm base in out/.tiny, print its folder
-  python bench/tiny_world.py              # baseline vs 4T+4S on it, then evaluate.py report for both
-  python train.py --model tiny-warm --seed_archive out/.tiny/tiny-warm-<key>/seeds.jsonl ...   # (cache: out_dir/.tiny)
+  # build (or reuse) the cached warm base in out/.tiny, print its folder
+  python tinyworld.py [CACHE_DIR]
+  # baseline vs 4T+4S on it, then evaluate.py report for both
+  python bench/tiny_world.py
+  # (cache: out_dir/.tiny)
+  python train.py --model tiny-warm --seed_archive out/.tiny/tiny-warm-<key>/seeds.jsonl ...
 
 What is here:
-- a seeded generator of small Python programs `f` over ints, strings, lists and dicts, from a table of statement
-  templates with a complexity level (1 straight-line, 2 + branches, 3 + loops, 4 + nested loop/branch) and a number
-  of statements; a program can also be grown from an earlier one by one statement, and its teacher transcript then
-  shows the parent among the references ("build on snippet j"): the way a teacher can build on the archive.
-  Inputs are random literals; outputs come from verify.validate, so every clean example is valid by the project's
-  own rules; code_f messages describe the statements in words;
-- complete transcripts in the project's real format: verify.teacher_prompt / verify.student_prompt + a response
-  `<think> ... </think> <answer> fences </answer>` + end of text, for the six (role, task) pairs, with a low rate
-  (`noise`) of wrong answers, programs with a line dropped (mostly invalid) and a missing closing tag;
-- the tokenizer: byte-level BPE (build_tiny's byte alphabet and special tokens, so any text encodes) with
-  1024 merges learned on the corpus, plus one added token per constant chunk of verify.py's prompt templates. The
-  prompts are verify.py's text unchanged, so train.py needs no knob; the tiny model reads ~10 tokens for ~2 kB of
-  boilerplate (the issue's "compact prompt", done in the vocabulary). Raw bytes measured ~650 tokens/transcript and
-  ~500 tokens/s of training on this shared CPU; the BPE cuts tokens ~6x;
-- the warm start: next-token loss (response tokens weight 1, prompt tokens 0.25), AdamW, cosine lr, a fixed number
-  of steps: deterministic given the seed and thread count; cached under cache_dir keyed by a hash of every setting,
-  written atomically, with seeds.jsonl (a start-up archive from the same world, for --seed_archive).
+- a seeded generator of small Python programs `f` over ints, strings, lists and dicts, from a table
+  of statement templates with a complexity level (1 straight-line, 2 + branches, 3 + loops, 4 +
+  nested loop/branch) and a number of statements; a program can also be grown from an earlier one
+  by one statement, and its teacher transcript then shows the parent among the references ("build
+  on snippet j"): the way a teacher can build on the archive. Inputs are random literals; outputs
+  come from verify.validate, so every clean example is valid by the project's own rules; code_f
+  messages describe the statements in words;
+- complete transcripts in the project's real format: verify.teacher_prompt / verify.student_prompt
+  + a response `<think> ... </think> <answer> fences </answer>` + end of text, for the six (role,
+  task) pairs, with a low rate (`noise`) of wrong answers, programs with a line dropped (mostly
+  invalid) and a missing closing tag;
+- the tokenizer: byte-level BPE (build_tiny's byte alphabet and special tokens, so any text
+  encodes) with 1024 merges learned on the corpus, plus one added token per constant chunk of
+  verify.py's prompt templates. The prompts are verify.py's text unchanged, so train.py needs no
+  knob; the tiny model reads ~10 tokens for ~2 kB of boilerplate (the issue's "compact prompt",
+  done in the vocabulary). Raw bytes measured ~650 tokens/transcript and ~500 tokens/s of training
+  on this shared CPU; the BPE cuts tokens ~6x;
+- the warm start: next-token loss (response tokens weight 1, prompt tokens 0.25), AdamW, cosine
+  lr, a fixed number of steps: deterministic given the seed and thread count; cached under
+  cache_dir keyed by a hash of every setting, written atomically, with seeds.jsonl (a start-up
+  archive from the same world, for --seed_archive).
 - the held-out benchmark (heldout_benchmark, `evaluate.py --benchmarks tiny`): 30 problems per task
   type from a generator seed the warm start never used, none of whose programs appears anywhere in
   its corpus or seed archive (40% of raw draws would: short programs repeat, so they are filtered
   out); training pools in AZR's seed format drawn the same way and disjoint from it (pool_rows, for
   bench/learning_check.py).
-Measured on the default settings (step 0 of 4T+4S through train.py, temperature 1, `bench/tiny_world.py --probe`):
-teacher proposals 75% valid (code_i 81%, code_o 81%, code_f 62%), student solve rate 14% (code_i 6%, code_o 10%,
-code_f 26%): inside the issue's aim (>= 30% valid, solve rate in (0.1, 0.9)). The build: 4,000 programs, 24,000
-transcripts, 4,000 steps (4.6 M tokens, final loss 1.03), 13 minutes here at 6.2 k tokens/s under load 3-4 (~12 k
-tokens/s on 2 free cores: ~7 minutes). What got it there: loading the tokenizer as saved (population.load_tokenizer;
-with Qwen's pre-split the same weights gave 0-15% valid) and 10x the training (400 steps on 600 programs: 24% valid,
-4% solved; 1,500 on 1,500: 65% / 7%). Student code_f grows most with training (it turns the message into code).
-Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program shapes and guesses.
+Measured on the default settings (step 0 of 4T+4S through train.py, temperature 1,
+`bench/tiny_world.py --probe`): teacher proposals 75% valid (code_i 81%, code_o 81%, code_f 62%),
+student solve rate 14% (code_i 6%, code_o 10%, code_f 26%): inside the issue's aim (>= 30% valid,
+solve rate in (0.1, 0.9)). The build: 4,000 programs, 24,000 transcripts, 4,000 steps (4.6 M
+tokens, final loss 1.03), 13 minutes here at 6.2 k tokens/s under load 3-4 (~12 k tokens/s on 2
+free cores: ~7 minutes). What got it there: loading the tokenizer as saved
+(population.load_tokenizer; with Qwen's pre-split the same weights gave 0-15% valid) and 10x the
+training (400 steps on 600 programs: 24% valid, 4% solved; 1,500 on 1,500: 65% / 7%). Student
+code_f grows most with training (it turns the message into code).
+Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program
+shapes and guesses.
 """
 import hashlib
 import json
@@ -54,17 +64,23 @@ import torch
 import population
 import verify
 
-# ----------------------------------------------------------------------------- settings (all of them go in the cache key)
-WORLD = dict(seed=0, programs=4000, vocab_size=1024, levels=4, max_statements=4, references=3, noise=0.06, grow_prob=0.35)
+# ------------------------------------------------- settings (all of them go in the cache key)
+WORLD = dict(seed=0, programs=4000, vocab_size=1024, levels=4, max_statements=4, references=3,
+             noise=0.06, grow_prob=0.35)
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
-             max_position_embeddings=32768, rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.02)
-TRAIN = dict(steps=4000, lr=3e-3, warmup=20, batch_tokens=1200, prompt_weight=0.25, threads=2, seed=0)
-VERSION = 2  # bump when the generator or the training code changes what gets built
+             # head_dim 32: the smallest head size vLLM's CPU attention accepts
+             num_key_value_heads=2,
+             max_position_embeddings=32768, rope_theta=10000.0, tie_word_embeddings=False,
+             initializer_range=0.02)
+TRAIN = dict(steps=4000, lr=3e-3, warmup=20, batch_tokens=1200, prompt_weight=0.25, threads=2,
+             seed=0)
+# bump when the generator or the training code changes what gets built
+VERSION = 2
 
-# ----------------------------------------------------------------------------- the program generator
-# (level, input type, output type, template, description). $a = the statement's input variable, $d = its output,
-# $k = a small int constant or an int argument, $p = a constant >= 2, $c/$e = letters, $w = a short word.
+# ------------------------------------------------- the program generator
+# (level, input type, output type, template, description). $a = the statement's input variable,
+# $d = its output, $k = a small int constant or an int argument, $p = a constant >= 2, $c/$e =
+# letters, $w = a short word.
 OPS = [
     (1, "int", "int", "$d = $a * $k", "multiply by $k"),
     (1, "int", "int", "$d = $a + $k", "add $k"),
@@ -72,12 +88,31 @@ OPS = [
     (1, "int", "int", "$d = abs($a - $k)", "distance to $k"),
     (1, "int", "str", "$d = str($a)", "turn it into text"),
     (1, "int", "list", "$d = [$a, $a + $k, $a * 2]", "make a list of three numbers from it"),
-    (2, "int", "int", "if $a % 2 == 0:\n    $d = $a // 2\nelse:\n    $d = $a * 3 + 1", "one Collatz step"),
+    (2, "int", "int",
+     "if $a % 2 == 0:\n"
+     "    $d = $a // 2\n"
+     "else:\n"
+     "    $d = $a * 3 + 1",
+     "one Collatz step"),
     (2, "int", "int", "$d = $a if $a > $k else -$a", "keep it if above $k, else negate"),
-    (3, "int", "int", "$d = 0\nfor i in range(abs($a) % $p + 1):\n    $d += i * $k", "sum a short range times $k"),
-    (3, "int", "list", "$d = []\nfor i in range(abs($a) % 5):\n    $d.append(i * $k)", "list multiples of $k"),
-    (4, "int", "int", "$d = 0\nfor i in range(abs($a) % 6 + 1):\n    if i % 2 == 0:\n        $d += i\n    else:\n"
-                      "        $d -= $k", "alternate adding and subtracting"),
+    (3, "int", "int",
+     "$d = 0\n"
+     "for i in range(abs($a) % $p + 1):\n"
+     "    $d += i * $k",
+     "sum a short range times $k"),
+    (3, "int", "list",
+     "$d = []\n"
+     "for i in range(abs($a) % 5):\n"
+     "    $d.append(i * $k)",
+     "list multiples of $k"),
+    (4, "int", "int",
+     "$d = 0\n"
+     "for i in range(abs($a) % 6 + 1):\n"
+     "    if i % 2 == 0:\n"
+     "        $d += i\n"
+     "    else:\n"
+     "        $d -= $k",
+     "alternate adding and subtracting"),
     (1, "str", "str", "$d = $a[::-1]", "reverse the text"),
     (1, "str", "str", "$d = $a.upper()", "upper-case it"),
     (1, "str", "int", "$d = len($a)", "count its characters"),
@@ -86,11 +121,27 @@ OPS = [
     (1, "str", "str", "$d = $a.replace('$c', '$e')", "replace '$c' by '$e'"),
     (1, "str", "int", "$d = $a.count('$c')", "count the letter '$c'"),
     (1, "str", "list", "$d = [ord(ch) % $p for ch in $a]", "letter codes modulo $p"),
-    (2, "str", "str", "$d = $a.upper() if len($a) > $k else $a", "upper-case it when longer than $k"),
-    (3, "str", "int", "$d = 0\nfor ch in $a:\n    if ch in 'aeiou':\n        $d += 1", "count the vowels"),
-    (3, "str", "str", "$d = ''\nfor ch in $a:\n    $d = ch + $d", "reverse it letter by letter"),
-    (4, "str", "str", "$d = ''\nfor i, ch in enumerate($a):\n    if i % 2 == 0:\n        $d += ch.upper()\n    else:\n"
-                      "        $d += ch", "upper-case every other letter"),
+    (2, "str", "str", "$d = $a.upper() if len($a) > $k else $a",
+     "upper-case it when longer than $k"),
+    (3, "str", "int",
+     "$d = 0\n"
+     "for ch in $a:\n"
+     "    if ch in 'aeiou':\n"
+     "        $d += 1",
+     "count the vowels"),
+    (3, "str", "str",
+     "$d = ''\n"
+     "for ch in $a:\n"
+     "    $d = ch + $d",
+     "reverse it letter by letter"),
+    (4, "str", "str",
+     "$d = ''\n"
+     "for i, ch in enumerate($a):\n"
+     "    if i % 2 == 0:\n"
+     "        $d += ch.upper()\n"
+     "    else:\n"
+     "        $d += ch",
+     "upper-case every other letter"),
     (1, "list", "list", "$d = sorted($a)", "sort the list"),
     (1, "list", "list", "$d = $a[::-1]", "reverse the list"),
     (1, "list", "list", "$d = [v * $k for v in $a]", "multiply each item by $k"),
@@ -99,20 +150,49 @@ OPS = [
     (1, "list", "list", "$d = $a + [$k]", "append $k"),
     (1, "list", "int", "$d = max($a + [$k])", "the largest item or $k"),
     (2, "list", "list", "$d = [v for v in $a if v % 2 == 0]", "keep the even items"),
-    (2, "list", "list", "$d = sorted($a) if len($a) > $p else $a[::-1]", "sort it if longer than $p, else reverse"),
-    (3, "list", "int", "$d = 0\nfor v in $a:\n    if v > $k:\n        $d += v\n    else:\n        $d -= 1",
+    (2, "list", "list", "$d = sorted($a) if len($a) > $p else $a[::-1]",
+     "sort it if longer than $p, else reverse"),
+    (3, "list", "int",
+     "$d = 0\n"
+     "for v in $a:\n"
+     "    if v > $k:\n"
+     "        $d += v\n"
+     "    else:\n"
+     "        $d -= 1",
      "add the items above $k, minus one for each other"),
-    (3, "list", "dict", "$d = {}\nfor v in $a:\n    $d[v % $p] = $d.get(v % $p, 0) + 1", "count items by remainder mod $p"),
-    (4, "list", "list", "$d = []\ntotal = 0\nfor v in $a:\n    total += v\n    if total % 2 == 0:\n        $d.append(total)",
+    (3, "list", "dict",
+     "$d = {}\n"
+     "for v in $a:\n"
+     "    $d[v % $p] = $d.get(v % $p, 0) + 1",
+     "count items by remainder mod $p"),
+    (4, "list", "list",
+     "$d = []\n"
+     "total = 0\n"
+     "for v in $a:\n"
+     "    total += v\n"
+     "    if total % 2 == 0:\n"
+     "        $d.append(total)",
      "even running totals"),
     (1, "dict", "int", "$d = sum($a.values())", "add up the values"),
     (1, "dict", "list", "$d = sorted($a.values())", "sorted values"),
     (1, "dict", "int", "$d = len($a)", "count the keys"),
-    (1, "dict", "dict", "$d = {key: val * $k for key, val in $a.items()}", "multiply every value by $k"),
-    (2, "dict", "dict", "$d = {key: val for key, val in $a.items() if val > $k}", "keep the values above $k"),
-    (3, "dict", "int", "$d = 0\nfor key, val in $a.items():\n    $d += len(str(key)) * val", "key lengths times values"),
-    (4, "dict", "dict", "$d = {}\nfor key in sorted($a):\n    if $a[key] % 2 == 0:\n        $d[key] = $a[key] // 2\n"
-                        "    else:\n        $d[key] = $a[key] * 3", "halve the even values, triple the odd ones"),
+    (1, "dict", "dict", "$d = {key: val * $k for key, val in $a.items()}",
+     "multiply every value by $k"),
+    (2, "dict", "dict", "$d = {key: val for key, val in $a.items() if val > $k}",
+     "keep the values above $k"),
+    (3, "dict", "int",
+     "$d = 0\n"
+     "for key, val in $a.items():\n"
+     "    $d += len(str(key)) * val",
+     "key lengths times values"),
+    (4, "dict", "dict",
+     "$d = {}\n"
+     "for key in sorted($a):\n"
+     "    if $a[key] % 2 == 0:\n"
+     "        $d[key] = $a[key] // 2\n"
+     "    else:\n"
+     "        $d[key] = $a[key] * 3",
+     "halve the even values, triple the odd ones"),
 ]
 ARG_NAMES = {"int": "n", "str": "s", "list": "xs", "dict": "d"}
 LETTERS = "abcdeilnorstu"
@@ -131,33 +211,52 @@ def random_value(rng, kind):
 
 
 def new_program(rng, level, statements):
-    """A fresh program state: {"args": [(name, type)], "steps": [(source lines, description)], "vars": [(name, type)]}
-    then `statements` statements drawn at or below `level`."""
+    """A fresh program state: {"args": [(name, type)], "steps": [(source lines, description)],
+    "vars": [(name, type)]} then `statements` statements drawn at or below `level`."""
     kind = rng.choice(list(ARG_NAMES))
-    args = [(ARG_NAMES[kind], kind)] + ([("k", "int")] if kind != "int" and rng.random() < 0.3 else [])
-    state = {"args": args, "steps": [], "vars": args[::-1], "level": level}  # the main argument is the newest
+    args = [(ARG_NAMES[kind], kind)]
+    if kind != "int" and rng.random() < 0.3:
+        args.append(("k", "int"))
+    # the main argument is the newest
+    state = {"args": args, "steps": [], "vars": args[::-1], "level": level}
     for _ in range(statements):
         grow(rng, state)
     return state
 
 
 def grow(rng, state):
-    """Append one statement that reads a recent variable (usually the newest) and binds a new one."""
-    name, kind = state["vars"][-1] if rng.random() < 0.8 else rng.choice(state["vars"])
+    """Append one statement that reads a recent variable (usually the newest) and binds a new
+    one."""
+    if rng.random() < 0.8:
+        name, kind = state["vars"][-1]
+    else:
+        name, kind = rng.choice(state["vars"])
     op = rng.choice([o for o in OPS if o[0] <= state["level"] and o[1] == kind])
     ints = [n for n, t in state["args"] if t == "int" and n != name]
     out = f"v{len(state['steps']) + 1}"
     c, e = rng.sample(LETTERS, 2)
-    fill = dict(a=name, d=out, k=rng.choice(ints) if ints and rng.random() < 0.5 else str(rng.randint(1, 5)),
-                p=str(rng.randint(2, 5)), c=c, e=e, w="".join(rng.sample(LETTERS, 2)))
-    state["steps"].append((string.Template(op[3]).substitute(fill), string.Template(op[4]).substitute(fill)))
+    if ints and rng.random() < 0.5:
+        k = rng.choice(ints)
+    else:
+        k = str(rng.randint(1, 5))
+    p = str(rng.randint(2, 5))
+    w = "".join(rng.sample(LETTERS, 2))
+    fill = dict(a=name, d=out, k=k, p=p, c=c, e=e, w=w)
+    source = string.Template(op[3]).substitute(fill)
+    description = string.Template(op[4]).substitute(fill)
+    state["steps"].append((source, description))
     state["vars"].append((out, op[2]))
     return state
 
 
 def render(state):
-    """Program source: typed signature (it tells a reader what inputs fit), the statements, return the newest var."""
-    body = "\n".join("    " + line for src, _ in state["steps"] for line in src.split("\n"))
+    """Program source: typed signature (it tells a reader what inputs fit), the statements, return
+    the newest var."""
+    lines = []
+    for source, _ in state["steps"]:
+        for line in source.split("\n"):
+            lines.append("    " + line)
+    body = "\n".join(lines)
     sig = ", ".join(f"{n}: {t}" for n, t in state["args"])
     return f"def f({sig}):\n{body}\n    return {state['vars'][-1][0]}"
 
@@ -167,36 +266,58 @@ def make_input(rng, state):
 
 
 def make_message(state):
-    kinds = " and ".join(f"{'an' if t == 'int' else 'a'} {t} {n}" for n, t in state["args"])
-    return f"The function takes {kinds}; it does: " + ", then ".join(d for _, d in state["steps"]) + "."
+    kinds = []
+    for name, kind in state["args"]:
+        if kind == "int":
+            kinds.append(f"an {kind} {name}")
+        else:
+            kinds.append(f"a {kind} {name}")
+    steps = ", then ".join(d for _, d in state["steps"])
+    return f"The function takes {' and '.join(kinds)}; it does: " + steps + "."
 
 
 def build_pool(seed, count, levels, max_statements, grow_prob):
-    """`count` valid problems {"state","program","input","output","inputs","outputs","message","parent"}: fresh
-    programs, and (grow_prob) programs grown by one statement from an earlier one (parent = its index)."""
-    rng, pool, tries = random.Random(seed), [], 0
-    while len(pool) < count and tries < 100:  # rounds of ~count/8, so later rounds can grow earlier programs
-        tries, batch = tries + 1, []
+    """`count` valid problems {"state","program","input","output","inputs","outputs","message",
+    "parent"}: fresh programs, and (grow_prob) programs grown by one statement from an earlier one
+    (parent = its index)."""
+    rng = random.Random(seed)
+    pool = []
+    tries = 0
+    # rounds of ~count/8, so later rounds can grow earlier programs
+    while len(pool) < count and tries < 100:
+        tries += 1
+        batch = []
         for _ in range(min(count - len(pool) + 8, max(16, count // 8))):
-            parent = rng.randrange(len(pool)) if pool and rng.random() < grow_prob else None
+            parent = None
+            if pool and rng.random() < grow_prob:
+                parent = rng.randrange(len(pool))
             if parent is not None and len(pool[parent]["state"]["steps"]) < max_statements + 2:
                 src = pool[parent]["state"]
                 state = grow(rng, dict(src, steps=list(src["steps"]), vars=list(src["vars"])))
             else:
-                statements = min(rng.randint(1, max_statements), rng.randint(1, max_statements))  # short ones more often
-                parent, state = None, new_program(rng, rng.randint(1, levels), statements)
-            batch.append(dict(state=state, program=render(state), input=make_input(rng, state),
-                              inputs=[make_input(rng, state) for _ in range(verify.N_INPUTS)],
+                # short ones more often
+                statements = min(rng.randint(1, max_statements), rng.randint(1, max_statements))
+                parent = None
+                state = new_program(rng, rng.randint(1, levels), statements)
+            program = render(state)
+            first_input = make_input(rng, state)
+            inputs = [make_input(rng, state) for _ in range(verify.N_INPUTS)]
+            batch.append(dict(state=state, program=program, input=first_input, inputs=inputs,
                               message=make_message(state), parent=parent))
-        io = verify.validate("code_o", [{"program": b["program"], "input": b["input"]} for b in batch])
-        fs = verify.validate("code_f", [{k: b[k] for k in ("program", "inputs", "message")} for b in batch])
+        io_problems = [{"program": b["program"], "input": b["input"]} for b in batch]
+        f_problems = []
+        for b in batch:
+            f_problems.append({"program": b["program"], "inputs": b["inputs"],
+                               "message": b["message"]})
+        io = verify.validate("code_o", io_problems)
+        fs = verify.validate("code_f", f_problems)
         for b, r, q in zip(batch, io, fs):
             if r["valid"] and q["valid"] and len(pool) < count:
                 pool.append(dict(b, output=r["output"], outputs=q["outputs"]))
     return pool
 
 
-# ----------------------------------------------------------------------------- transcripts in the project's format
+# ------------------------------------------------- transcripts in the project's format
 END = "<|endoftext|>"
 
 
@@ -205,76 +326,107 @@ def _wrap(think, answer):
 
 
 def transcripts(pool, seed, references, noise):
-    """(prompt, response) pairs for every (role, task): teacher code_o/code_i (shown `references` pool problems, a
-    grown problem builds on one of them), teacher code_f, student code_o/code_i/code_f. A `noise` share is damaged:
-    wrong answers, a statement dropped (often an invalid program), or a broken format."""
-    rng, out = random.Random(seed), []
-    fence = verify._fence
-    for i, p in enumerate(pool):
-        problem = {k: p[k] for k in ("program", "input", "output")}
+    """(prompt, response) pairs for every (role, task): teacher code_o/code_i (shown `references`
+    pool problems, a grown problem builds on one of them), teacher code_f, student
+    code_o/code_i/code_f. A `noise` share is damaged: wrong answers, a statement dropped (often an
+    invalid program), or a broken format."""
+    rng = random.Random(seed)
+    out = []
+    fence = verify.fence
+    io_keys = ("program", "input", "output")
+    for p in pool:
+        problem = {k: p[k] for k in io_keys}
         for task in ("code_o", "code_i"):
-            refs = [pool[j] for j in rng.sample(range(len(pool)), min(rng.randint(1, references), len(pool)))]
-            refs = [{k: r[k] for k in ("program", "input", "output")} for r in refs]
+            shown = min(rng.randint(1, references), len(pool))
+            refs = []
+            for j in rng.sample(range(len(pool)), shown):
+                refs.append({k: pool[j][k] for k in io_keys})
             think = "I will write a new function and a test input."
             if p["parent"] is not None:
                 j = rng.randrange(len(refs) + 1)
-                refs.insert(j, {k: pool[p["parent"]][k] for k in ("program", "input", "output")})
+                refs.insert(j, {k: pool[p["parent"]][k] for k in io_keys})
                 del refs[references:]
-                think = f"I will build on snippet {j} and add one more step." if j < references else think
+                if j < references:
+                    think = f"I will build on snippet {j} and add one more step."
             program = p["program"]
-            if rng.random() < noise:  # drop a middle line: usually a NameError or a syntax error
+            # drop a middle line: usually a NameError or a syntax error
+            if rng.random() < noise:
                 lines = program.split("\n")
-                program = "\n".join(lines[:-2] + lines[-1:]) if len(lines) > 2 else program
+                if len(lines) > 2:
+                    program = "\n".join(lines[:-2] + lines[-1:])
             answer = f"{fence('python', program)}\n\n{fence('input', p['input'])}"
             out.append((verify.teacher_prompt(task, refs), _wrap(think, answer)))
-        answer = "\n".join(fence("input", x) for x in p["inputs"]) + "\n" + fence("message", p["message"])
-        out.append((verify.teacher_prompt("code_f", [], p["program"]),
-                     _wrap("I will pick varied inputs and describe the function.", answer)))
+        input_fences = "\n".join(fence("input", x) for x in p["inputs"])
+        answer = input_fences + "\n" + fence("message", p["message"])
+        think = "I will pick varied inputs and describe the function."
+        out.append((verify.teacher_prompt("code_f", [], p["program"]), _wrap(think, answer)))
+        # a wrong student answer is another pool problem's
         other = pool[rng.randrange(len(pool))]
         wrong = rng.random() < noise
-        out.append((verify.student_prompt("code_o", problem), _wrap(
-            "Let me run the code on the input.", fence("output", other["output"] if wrong else p["output"]))))
-        out.append((verify.student_prompt("code_i", problem), _wrap(
-            "Let me find an input that gives this output.", fence("input", other["input"] if wrong else p["input"]))))
+        answered = p
+        if wrong:
+            answered = other
+        answer = fence("output", answered["output"])
+        think = "Let me run the code on the input."
+        out.append((verify.student_prompt("code_o", problem), _wrap(think, answer)))
+        answer = fence("input", answered["input"])
+        think = "Let me find an input that gives this output."
+        out.append((verify.student_prompt("code_i", problem), _wrap(think, answer)))
         fproblem = {k: p[k] for k in ("program", "inputs", "outputs", "message")}
-        out.append((verify.student_prompt("code_f", fproblem), _wrap(
-            "Let me match the pairs and the message.", fence("python", other["program"] if wrong else p["program"]))))
+        answer = fence("python", answered["program"])
+        think = "Let me match the pairs and the message."
+        out.append((verify.student_prompt("code_f", fproblem), _wrap(think, answer)))
     for k in range(len(out)):
-        if rng.random() < noise / 2:  # broken format: the closing tag goes missing
+        # broken format: the closing tag goes missing
+        if rng.random() < noise / 2:
             out[k] = (out[k][0], out[k][1].replace("</answer>", "", 1))
     return [(prompt, response + END) for prompt, response in out]
 
 
-# ----------------------------------------------------------------------------- tokenizer and model
+# ------------------------------------------------- tokenizer and model
 
 
 def prompt_chunks():
-    """The constant text of verify.py's prompt templates: each prompt with sentinel values, split at the sentinels,
-    pieces of 24+ characters. Teacher code_i/code_o prompts cut at the references, student ones at each field."""
+    """The constant text of verify.py's prompt templates: each prompt with sentinel values, split at
+    the sentinels, pieces of 24+ characters. Teacher code_i/code_o prompts cut at the references,
+    student ones at each field."""
     x = "\x00"
-    texts = [verify.teacher_prompt(t, [{"program": x, "input": x, "output": x}]) for t in ("code_i", "code_o")]
+    io_fields = {"program": x, "input": x, "output": x}
+    f_fields = {"program": x, "inputs": [x, x], "outputs": [x, x], "message": x}
+    texts = [verify.teacher_prompt(t, [io_fields]) for t in ("code_i", "code_o")]
     texts += [verify.teacher_prompt("code_f", [], x)]
-    texts += [verify.student_prompt(t, {"program": x, "input": x, "output": x}) for t in ("code_i", "code_o")]
-    texts += [verify.student_prompt("code_f", {"program": x, "inputs": [x, x], "outputs": [x, x], "message": x})]
-    pieces = {piece for text in texts for piece in text.split(x) if len(piece) >= 24}
+    texts += [verify.student_prompt(t, io_fields) for t in ("code_i", "code_o")]
+    texts += [verify.student_prompt("code_f", f_fields)]
+    pieces = set()
+    for text in texts:
+        for piece in text.split(x):
+            if len(piece) >= 24:
+                pieces.add(piece)
     return sorted(pieces, key=lambda s: (-len(s), s))
 
 
 def make_tokenizer(texts, vocab_size):
-    """Byte-level BPE (build_tiny's byte alphabet and special tokens, so any text still encodes) with
-    merges learned on the corpus texts, plus one added (non-special) token per prompt chunk. Bytes alone measured
-    ~650 tokens per transcript and ~500 tokens/s of training here; the merges cut that ~6x."""
+    """Byte-level BPE (build_tiny's byte alphabet and special tokens, so any text still encodes)
+    with merges learned on the corpus texts, plus one added (non-special) token per prompt chunk.
+    Bytes alone measured ~650 tokens per transcript and ~500 tokens/s of training here; the merges
+    cut that ~6x."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     chunks = prompt_chunks()
-    for c in chunks:  # the chunks get their own tokens: learn merges on the rest
+    # the chunks get their own tokens: learn merges on the rest
+    for c in chunks:
         texts = [t.replace(c, "\n") for t in texts]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok.add_tokens([AddedToken(c, normalized=False, special=False, lstrip=False, rstrip=False) for c in chunks])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    added = []
+    for c in chunks:
+        added.append(AddedToken(c, normalized=False, special=False, lstrip=False, rstrip=False))
+    tok.add_tokens(added)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0],
                                    pad_token=SPECIALS[1])
 
@@ -301,50 +453,83 @@ def batches(data, batch_tokens, rng):
     return out
 
 
+def pad_batch(rows, pad_token_id, prompt_weight):
+    """Token ids [B, T] of (prompt ids, response ids) rows, right-padded, and the loss weight of
+    each token [B, T]: response tokens 1, prompt tokens prompt_weight, padding 0."""
+    width = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((len(rows), width), pad_token_id)
+    weight = torch.zeros((len(rows), width))
+    for b, (p, r) in enumerate(rows):
+        ids[b, :len(p) + len(r)] = torch.tensor(p + r)
+        weight[b, :len(p)] = prompt_weight
+        weight[b, len(p):len(p) + len(r)] = 1.0
+    return ids, weight
+
+
+def warm_lr(step, train):
+    """Learning rate at `step`: linear warmup over train["warmup"] steps times a cosine decay."""
+    warmup = min(1.0, (step + 1) / train["warmup"])
+    cosine = 1 + math.cos(math.pi * step / train["steps"])
+    return train["lr"] * warmup * 0.5 * cosine
+
+
+def warm_step(model, opt, rows, pad_token_id, lr, prompt_weight):
+    """One optimizer step of weighted next-token loss on `rows` at learning rate `lr`. Returns the
+    loss and the number of non-padding tokens."""
+    ids, weight = pad_batch(rows, pad_token_id, prompt_weight)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    mask = (ids != pad_token_id).long()
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    # the programs in prompts teach code too
+    loss = (nll * weight[:, 1:]).sum() / weight[:, 1:].sum()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss, int((ids != pad_token_id).sum())
+
+
 def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
-    """Build the corpus, the tokenizer and a fresh tiny Qwen2 in `folder`, train it, save it. Returns stats."""
+    """Build the corpus, the tokenizer and a fresh tiny Qwen2 in `folder`, train it, save it.
+    Returns stats."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     t0 = time.time()
-    pool = build_pool(world["seed"], world["programs"], world["levels"], world["max_statements"], world["grow_prob"])
+    pool = build_pool(world["seed"], world["programs"], world["levels"], world["max_statements"],
+                      world["grow_prob"])
     pairs = transcripts(pool, world["seed"] + 1, world["references"], world["noise"])
     tok = make_tokenizer([a + b for a, b in pairs], world["vocab_size"])
     data = encode(tok, pairs)
     t_corpus = time.time() - t0
-    # torch._C's function, not torch.set_num_threads: vLLM's CPU worker replaces that one with a no-op in its process,
-    # which left a warm start built after a vLLM engine (e.g. in the test session) at 1 thread, half speed
-    threads, set_threads = torch.get_num_threads(), torch._C.set_num_threads
+    # torch._C's function, not torch.set_num_threads: vLLM's CPU worker replaces that one with a
+    # no-op in its process, which left a warm start built after a vLLM engine (e.g. in the test
+    # session) at 1 thread, half speed
+    threads = torch.get_num_threads()
+    set_threads = torch._C.set_num_threads
     set_threads(train["threads"])
     used_threads = torch.get_num_threads()
     try:
         with population.seeded(train["seed"]):
-            config = Qwen2Config(vocab_size=len(tok), bos_token_id=None, eos_token_id=tok.eos_token_id,
-                                 pad_token_id=tok.pad_token_id,
+            config = Qwen2Config(vocab_size=len(tok), bos_token_id=None,
+                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                  dtype="float32", **model_cfg)
             model = Qwen2ForCausalLM(config)
-            opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], betas=(0.9, 0.95), weight_decay=0.01)
-            rng, plan, tokens, losses = random.Random(train["seed"]), [], 0, []
+            opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], betas=(0.9, 0.95),
+                                    weight_decay=0.01)
+            rng = random.Random(train["seed"])
+            plan = []
+            tokens = 0
+            losses = []
             model.train()
             for step in range(train["steps"]):
                 if not plan:
                     plan = batches(data, train["batch_tokens"], rng)
                 rows = [data[i] for i in plan.pop()]
-                width = max(len(p) + len(r) for p, r in rows)
-                ids = torch.full((len(rows), width), tok.pad_token_id)
-                weight = torch.zeros((len(rows), width))  # response tokens 1, prompt tokens prompt_weight
-                for b, (p, r) in enumerate(rows):
-                    ids[b, :len(p) + len(r)] = torch.tensor(p + r)
-                    weight[b, :len(p)], weight[b, len(p):len(p) + len(r)] = train["prompt_weight"], 1.0
-                lr = train["lr"] * min(1.0, (step + 1) / train["warmup"]) * 0.5 * (1 + math.cos(math.pi * step / train["steps"]))
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits[:, :-1]
-                nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-                loss = (nll * weight[:, 1:]).sum() / weight[:, 1:].sum()  # the programs in prompts teach code too
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                tokens += int((ids != tok.pad_token_id).sum())
+                lr = warm_lr(step, train)
+                loss, step_tokens = warm_step(model, opt, rows, tok.pad_token_id, lr,
+                                              train["prompt_weight"])
+                tokens += step_tokens
                 losses.append(loss.item())
                 if step % 50 == 0 or step == train["steps"] - 1:
                     log(f"warm step {step}/{train['steps']} loss {loss.item():.3f} "
@@ -353,34 +538,38 @@ def train_warm(folder, world=WORLD, model_cfg=MODEL, train=TRAIN, log=print):
         set_threads(threads)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    stats = dict(corpus_s=t_corpus, train_s=time.time() - t0 - t_corpus, examples=len(data), pool=len(pool),
-                 tokens=tokens, final_loss=sum(losses[-20:]) / len(losses[-20:]), vocab=len(tok),
-                 params=sum(p.numel() for p in model.parameters()), threads=used_threads)
+    stats = dict(corpus_s=t_corpus, train_s=time.time() - t0 - t_corpus, examples=len(data),
+                 pool=len(pool), tokens=tokens, final_loss=sum(losses[-20:]) / len(losses[-20:]),
+                 vocab=len(tok), params=sum(p.numel() for p in model.parameters()),
+                 threads=used_threads)
+    record = dict(world=world, model=model_cfg, train=train, version=VERSION, stats=stats)
     with open(os.path.join(folder, "tinyworld.json"), "w") as f:
-        json.dump(dict(world=world, model=model_cfg, train=train, version=VERSION, stats=stats), f, indent=1)
+        json.dump(record, f, indent=1)
     return stats
 
 
 def write_seeds(path, world=WORLD, count=32):
-    """A start-up archive for train.py --seed_archive (AZR's seed JSON lines): `count` fresh pool problems as
-    {"snippet","input"} and as {"snippet","inputs","message"}, from a seed the warm start never saw."""
+    """A start-up archive for train.py --seed_archive (AZR's seed JSON lines): `count` fresh pool
+    problems as {"snippet","input"} and as {"snippet","inputs","message"}, from a seed the warm
+    start never saw."""
     pool = build_pool(world["seed"] + 1000, count, world["levels"], world["max_statements"], 0.0)
     rows = [{"snippet": p["program"], "input": p["input"]} for p in pool]
-    rows += [{"snippet": p["program"], "inputs": p["inputs"], "message": p["message"]} for p in pool]
-    with open(path + ".tmp", "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-    os.replace(path + ".tmp", path)
-    return path
+    for p in pool:
+        rows.append({"snippet": p["program"], "inputs": p["inputs"], "message": p["message"]})
+    return write_jsonl(path, rows)
 
 
-# ------------------------------------------------------------------ held-out benchmark, training pools
+# ------------------------------------------------- held-out benchmark, training pools
 # Generator seeds apart from the warm start's (WORLD["seed"]) and the seed archive's (+1000).
-HELDOUT = dict(seed=2000, per_task=30)  # evaluate.py --benchmarks tiny: 30 problems per task type
-POOL_SEED = 3000  # pool_rows' default: a training pool for bench/learning_check.py
+# evaluate.py --benchmarks tiny: 30 problems per task type
+HELDOUT = dict(seed=2000, per_task=30)
+# pool_rows' default: a training pool for bench/learning_check.py
+POOL_SEED = 3000
 FENCED_PROGRAM = re.compile(r"```python\n(.*?)\n```", re.S)
 
 
-_SEEN = {}  # seen_programs per world settings, computed once per process
+# seen_programs per world settings, computed once per process
+_SEEN = {}
 
 
 def seen_programs(world=WORLD):
@@ -407,8 +596,8 @@ def _corpus_programs(world):
 
 def fresh_pool(seed, count, world, exclude):
     """`count` valid pool problems from `seed` with the world's settings, each program new: not in
-    `exclude` and not repeated. Short programs repeat often (the default corpus of 4,000 holds ~2,800
-    distinct ones), so this asks build_pool for 2x, 4x, ... `count` until enough survive.
+    `exclude` and not repeated. Short programs repeat often (the default corpus of 4,000 holds
+    ~2,800 distinct ones), so this asks build_pool for 2x, 4x, ... `count` until enough survive.
     Deterministic given its arguments."""
     ask = 2 * count
     while True:
@@ -471,54 +660,75 @@ def heldout_benchmark(cache_dir="out/.tiny", world=None, heldout=None):
     """Path of the held-out benchmark file (tiny.jsonl: heldout_rows), built once per settings under
     cache_dir and reused; evaluate.py validates its rows in the sandbox for the gold answers.
     Generated, not committed: it must come from the world settings of the warm base it measures."""
-    world, heldout = world or WORLD, heldout or HELDOUT
+    world = world or WORLD
+    heldout = heldout or HELDOUT
 
     def build(folder):
         write_jsonl(os.path.join(folder, "tiny.jsonl"), heldout_rows(world, heldout))
-        with open(os.path.join(folder, "config.json"), "w") as f:  # cached_folder's "done" mark
+        # cached_folder's "done" mark
+        with open(os.path.join(folder, "config.json"), "w") as f:
             json.dump(dict(world=world, heldout=heldout, version=VERSION), f, indent=1)
     folder = cached_folder(cache_dir, "tiny-heldout", [world, heldout, VERSION], build)
     return os.path.join(folder, "tiny.jsonl")
 
 
 def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log=print):
-    """Folder of the warm-started tiny base, built once per settings (key = hash of every setting) and reused;
-    it also holds seeds.jsonl, a start-up archive in the same world (train.py --seed_archive). Settings default
-    to the module's WORLD / MODEL / TRAIN at call time."""
-    world, model_cfg, train = world or WORLD, model_cfg or MODEL, train or TRAIN
+    """Folder of the warm-started tiny base, built once per settings (key = hash of every setting)
+    and reused; it also holds seeds.jsonl, a start-up archive in the same world (train.py
+    --seed_archive). Settings default to the module's WORLD / MODEL / TRAIN at call time."""
+    world = world or WORLD
+    model_cfg = model_cfg or MODEL
+    train = train or TRAIN
     # the prompts' constant text is in the key: the base is trained on verify.py's prompts word for
     # word (a changed prompt, e.g. a longer banned-word list, makes it write garbage), so a changed
     # prompt builds a new base instead of reusing a stale one
     settings = [world, model_cfg, train, VERSION, prompt_chunks()]
-    path = cached_folder(cache_dir, "tiny-warm", settings,
-                         lambda tmp: train_warm(tmp, world, model_cfg, train, log))
+
+    def build(folder):
+        train_warm(folder, world, model_cfg, train, log)
+    path = cached_folder(cache_dir, "tiny-warm", settings, build)
     if not os.path.exists(os.path.join(path, "seeds.jsonl")):
         write_seeds(os.path.join(path, "seeds.jsonl"), world)
     return path
 
 
-# ----------------------------------------------------------------------------- the built-in bases
+# ------------------------------------------------- the built-in bases
 # The random `tiny` base and the cache both bases live in (moved here from population.py, which now
 # only loads folders: one module builds the laptop-scale bases, and imports go one way).
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-            num_key_value_heads=1,  # head_dim 32: the smallest head size vLLM's CPU attention accepts
-            max_position_embeddings=32768,  # byte-level AZR prompts run to several thousand tokens
-            initializer_range=0.1,  # larger than the default 0.02 so greedy decoding is rarely a near-tie
+            # head_dim 32: the smallest head size vLLM's CPU attention accepts
+            num_key_value_heads=1,
+            # byte-level AZR prompts run to several thousand tokens
+            max_position_embeddings=32768,
+            # larger than the default 0.02 so greedy decoding is rarely a near-tie
+            initializer_range=0.1,
             rope_theta=10000.0, tie_word_embeddings=False)
-SPECIALS = ["<|endoftext|>", "<|pad|>"]  # ids 256 (eos) and 257 (pad), after the 256 bytes
+# ids 256 (eos) and 257 (pad), after the 256 bytes
+SPECIALS = ["<|endoftext|>", "<|pad|>"]
 
 
 def _byte_chars():
-    """GPT-2's byte -> printable character map (what the ByteLevel pre-tokenizer emits), so token id == byte."""
-    keep = set(range(ord("!"), ord("~") + 1)) | set(range(ord("¡"), ord("¬") + 1)) | set(range(ord("®"), 256))
-    moved = [b for b in range(256) if b not in keep]  # control bytes and space go to U+0100 onwards
-    return {b: chr(b) if b in keep else chr(256 + moved.index(b)) for b in range(256)}
+    """GPT-2's byte -> printable character map (what the ByteLevel pre-tokenizer emits), so token
+    id == byte."""
+    keep = set(range(ord("!"), ord("~") + 1))
+    keep |= set(range(ord("¡"), ord("¬") + 1))
+    keep |= set(range(ord("®"), 256))
+    # control bytes and space go to U+0100 onwards
+    moved = [b for b in range(256) if b not in keep]
+    chars = {}
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + moved.index(b))
+    return chars
 
 
 def build_tiny(folder, seed=0):
-    """Write a random tiny Qwen2 and a byte-level tokenizer (one token per UTF-8 byte, no merges, so nothing is
-    trained or downloaded) to `folder` as a Hugging Face model folder vLLM can load. Same seed -> same files."""
+    """Write a random tiny Qwen2 and a byte-level tokenizer (one token per UTF-8 byte, no merges, so
+    nothing is trained or downloaded) to `folder` as a Hugging Face model folder vLLM can load. Same
+    seed -> same files."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     vocab = {c: b for b, c in _byte_chars().items()}
@@ -526,19 +736,22 @@ def build_tiny(folder, seed=0):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIALS)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0], pad_token=SPECIALS[1])
-    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=256, pad_token_id=257,
-                         dtype="float32", **TINY)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIALS[0],
+                                        pad_token=SPECIALS[1])
+    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=None, eos_token_id=256,
+                         pad_token_id=257, dtype="float32", **TINY)
     with population.seeded(seed):
         model = Qwen2ForCausalLM(config)
-    model.save_pretrained(folder)  # makes the folder
+    # makes the folder
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
 def cached_folder(cache_dir, prefix, settings, build):
-    """cache_dir/<prefix>-<hash of settings>, made once by build(tmp_folder) in a temporary folder renamed into
-    place (atomic; a concurrent builder may win the race, which is fine) and reused after that."""
+    """cache_dir/<prefix>-<hash of settings>, made once by build(tmp_folder) in a temporary folder
+    renamed into place (atomic; a concurrent builder may win the race, which is fine) and reused
+    after that."""
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     path = os.path.join(cache_dir, f"{prefix}-{key}")
     if not os.path.exists(os.path.join(path, "config.json")):
@@ -548,7 +761,8 @@ def cached_folder(cache_dir, prefix, settings, build):
             build(tmp)
             os.rename(tmp, path)
         except OSError:
-            if not os.path.exists(os.path.join(path, "config.json")):  # not a lost race: a real error
+            # not a lost race: a real error
+            if not os.path.exists(os.path.join(path, "config.json")):
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -556,7 +770,8 @@ def cached_folder(cache_dir, prefix, settings, build):
 
 
 def model_folder(model, cache_dir="out/.tiny"):
-    """The folder or hub id to load for `model`: "tiny" and "tiny-warm" are built once into cache_dir."""
+    """The folder or hub id to load for `model`: "tiny" and "tiny-warm" are built once into
+    cache_dir."""
     if model == "tiny":
         return cached_folder(cache_dir, "tiny", [TINY, SPECIALS, 0], build_tiny)
     if model == "tiny-warm":
@@ -566,4 +781,7 @@ def model_folder(model, cache_dir="out/.tiny"):
 
 
 if __name__ == "__main__":
-    print(warm_base(sys.argv[1] if len(sys.argv) > 1 else "out/.tiny"))
+    if len(sys.argv) > 1:
+        print(warm_base(sys.argv[1]))
+    else:
+        print(warm_base("out/.tiny"))
