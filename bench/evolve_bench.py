@@ -7,8 +7,9 @@ adapter, then compares, on one down_proj (3584 × 18944), the exact QR route (de
 norm 'keep') with the dense route PEFT's add_weighted_adapter(combination_type="svd") takes: form ΔW,
 torch.linalg.svd, truncate to r.
 
-Prints ONE JSON line: seconds {operator: median s per whole adapter} ("copy_parent" is the crossover form, the
-same copy as the mutation), dense_module_s / qr_module_s (fp32, the QR route called on the bf16 module as in
+Prints ONE JSON line: seconds {operator: median wall s per whole adapter}, cpu_seconds (the same in
+CPU seconds of the process, all threads: robust to other jobs on a shared machine) ("copy_parent" is
+the crossover form, the same copy as the mutation), dense_module_s / qr_module_s (fp32, the QR route called on the bf16 module as in
 training), ratio = dense / QR, max_abs_diff_rel (max |ΔW_QR − ΔW_dense| / max |ΔW_dense|, both routes in
 float64: fp32 rounding alone puts the dense route ~1e-5 off), and peak_rss_mb; extra keys give the float32
 comparison, each fp32 route's error against the float64 dense result, and the float64 timings (the float64
@@ -55,13 +56,18 @@ def build_parents(layers, r, seed):
     return p1, p2
 
 
-def timed(fn, repeats):
-    """(median seconds, last result) over `repeats` calls."""
-    times, out = [], None
+def timed(fn, repeats, cpu=None):
+    """(median wall seconds, last result) over `repeats` calls; the median CPU seconds of this
+    process (all its threads) are appended to `cpu` when given: on a shared machine CPU time
+    barely moves with the load, wall time does."""
+    times, cpu_times, out = [], [], None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
+    if cpu is not None:
+        cpu.append(statistics.median(cpu_times))
     return statistics.median(times), out
 
 
@@ -104,20 +110,23 @@ def main():
 
     p1, p2 = build_parents(args.layers, args.rank, args.seed)
     chosen = [name.strip() for name in args.operators.split(",") if name.strip()]
-    seconds, fallbacks = {}, []
+    seconds, cpu_seconds, fallbacks = {}, {}, []
     for kind, table in (("mutation", evolve.MUTATIONS), ("crossover", evolve.CROSSOVERS)):
         parents = [p1] if kind == "mutation" else [p1, p2]
         for name in table:
             if chosen and name not in chosen:
                 continue
             gen = torch.Generator().manual_seed(args.seed)
-            s, (child, info) = timed(lambda: evolve.apply_operator(name, kind, parents, gen), args.repeats)
+            cpu = []
+            s, (child, info) = timed(lambda: evolve.apply_operator(name, kind, parents, gen), args.repeats,
+                                     cpu)
             seconds[name] = round(s, 4)
+            cpu_seconds[name] = round(cpu[0], 4)
             print(f"{kind} {name}: {s:.3f} s", file=sys.stderr, flush=True)  # progress; stdout keeps the JSON
             if info["fallback"]:
                 fallbacks.append(f"{name}: {info['reason']}")
             del child
-    result = {"seconds": seconds, "fallbacks": fallbacks, "modules": len(evolve.modules(p1)), "rank": args.rank,
+    result = {"seconds": seconds, "cpu_seconds": cpu_seconds, "fallbacks": fallbacks, "modules": len(evolve.modules(p1)), "rank": args.rank,
               "threads": torch.get_num_threads(),
               "max_operator_s": max(seconds.values()),
               "peak_rss_mb_operators": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
