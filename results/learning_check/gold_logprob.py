@@ -23,7 +23,8 @@ import tinyworld  # noqa: E402
 THINK = {"code_o": "Let me run the code on the input.",
          "code_i": "Let me find an input that gives this output.",
          "code_f": "Let me match the pairs and the message."}
-FENCE = {"code_o": ("output", "output"), "code_i": ("input", "input"), "code_f": ("python", "program")}
+FENCE = {"code_o": ("output", "output"), "code_i": ("input", "input"),
+         "code_f": ("python", "program")}
 TASKS = ("code_i", "code_o", "code_f")
 
 
