@@ -121,7 +121,7 @@ config = dict(
     # are off)
     mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",
     crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,"
-               "core_ties,weighted_multi,delta_slerp",
+               "core_ties,core_dare,weighted_multi,delta_slerp",
     engine="auto",                  # generation: vllm | hf | auto (vllm if importable and CUDA)
     device="",                      # "" = cuda when available, else cpu
     dtype="",                       # "" = bfloat16 on GPU, float32 on CPU
