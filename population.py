@@ -192,10 +192,15 @@ def active(model, name):
         yield
     finally:
         model.base_model.set_adapter(previous)
-        # undo peft's flag flipping (see init_population)
-        for param_name, param in model.named_parameters():
-            if adapter_of(param_name) is not None:
-                param.requires_grad_(True)
+        _every_adapter_trainable(model)
+
+
+def _every_adapter_trainable(model):
+    """Undo peft's flag flipping: set_adapter turns requires_grad off for every adapter it does not
+    activate, but every member trains (see init_population)."""
+    for param_name, param in model.named_parameters():
+        if adapter_of(param_name) is not None:
+            param.requires_grad_(True)
 
 
 def write_adapter(model, name, folder, dtype=None):
@@ -310,9 +315,7 @@ def _base_only(model):
         with model.disable_adapter():
             yield
     finally:
-        for n, p in model.named_parameters():
-            if adapter_of(n) is not None:
-                p.requires_grad_(True)
+        _every_adapter_trainable(model)
 
 
 def embed_texts(model, tokenizer, texts, batch_size=16):
@@ -327,15 +330,11 @@ def embed_texts(model, tokenizer, texts, batch_size=16):
         for start in range(0, len(texts), batch_size):
             ids = [tokenizer(t, add_special_tokens=False)["input_ids"] or [0]
                    for t in texts[start:start + batch_size]]
-            width = max(len(x) for x in ids)
-            input_ids = torch.zeros((len(ids), width), dtype=torch.long)
-            mask = torch.zeros((len(ids), width))
-            for i, x in enumerate(ids):
-                input_ids[i, :len(x)] = torch.tensor(x)
-                mask[i, :len(x)] = 1
+            # the texts as prompts with empty completions: right padded, attention 1 on each text
+            input_ids, attention = _pack_right_padded(ids, [[] for _ in ids])[:2]
             hidden = base.get_decoder()(input_ids=input_ids.to(device),
-                                        attention_mask=mask.long().to(device)).last_hidden_state
-            mask = mask.to(device)[..., None]
+                                        attention_mask=attention.to(device)).last_hidden_state
+            mask = attention.to(device)[..., None]
             pooled = (hidden.float() * mask).sum(1) / mask.sum(1)
             rows.append(pooled.cpu())
     if not rows:

@@ -509,6 +509,11 @@ def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_
     min_problems when its teacher made fewer valid ones (SPEC §4.4): AZR's recent-first mix, or
     LEEPS's explore/exploit portfolios (topup=leeps; `embed` maps programs to base embeddings).
     {(match index, task): [index]}"""
+    vectors = {}
+    if cfg["topup"] == "leeps":
+        # the archive's embeddings, once per task type (every match reads the same ones)
+        for task in verify.TASKS:
+            vectors[task] = embed([p["program"] for p in problems[task]])
     topups = {}
     for i, match in enumerate(matches):
         for task in verify.TASKS:
@@ -516,9 +521,8 @@ def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_
                     and p["task"] == task]
             need = cfg["min_problems"] - len(made)
             if cfg["topup"] == "leeps":
-                vectors = embed([p["program"] for p in problems[task]])
-                topups[(i, task)] = variants.leeps_pick(problems[task], step, need, rng, vectors,
-                                                       leeps_stats)
+                topups[(i, task)] = variants.leeps_pick(problems[task], step, need, rng,
+                                                        vectors[task], leeps_stats)
             else:
                 topups[(i, task)] = archive.pick_recent(problems[task], step, need, rng)
     return topups
@@ -758,6 +762,10 @@ def upgrade_archive(problems, cfg):
     return upgraded
 
 
+# the parts of a step whose seconds are logged as time/<phase>
+PHASES = ("generate", "verify", "train", "evolve", "checkpoint")
+
+
 def member_roles(cfg):
     if cfg["baseline"]:
         return ["both"]
@@ -795,7 +803,7 @@ def main(cfg):
                 return run_verify(fn, part, cfg["validate_timeout"])
             return distributed.split_run(verify_part, jobs, rank, world)
 
-    times = dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
+    times = dict.fromkeys(PHASES, 0.0)
     # the related-systems options' state: LEEPS's portfolio counts (checkpointed), SOAR's probe set
     # and each student's last pass rate on it, keyed by (name, id): a child is measured afresh
     leeps_stats = {"exploit": [0, 0], "explore": [0, 0]}
@@ -830,7 +838,10 @@ def main(cfg):
     def embed(programs):
         missing = [p for p in dict.fromkeys(programs) if p not in vectors]
         if missing:
-            for program, vector in zip(missing, population.embed_texts(model, tokenizer, missing)):
+            # one text per forward: in a padded batch the float sums depend on the batch's shape,
+            # and a resumed run, which fills the cache in other batches, must see the same vectors
+            computed = population.embed_texts(model, tokenizer, missing, batch_size=1)
+            for program, vector in zip(missing, computed):
                 vectors[program] = vector
         if not programs:
             return torch.zeros(0, model.get_base_model().config.hidden_size)
@@ -851,7 +862,7 @@ def main(cfg):
 
     for step in range(start, cfg["steps"]):
         t_step = time.time()
-        times = dict.fromkeys(("generate", "verify", "train", "evolve", "checkpoint"), 0.0)
+        times = dict.fromkeys(PHASES, 0.0)
         # e.g. dropout: a function of (step, rank), also after a resume
         torch.manual_seed(derive_seed(cfg["seed"], step, rank, "torch"))
 

@@ -60,13 +60,14 @@ def soar_teacher_reward(valid, improvement):
 def novelty_of(proposals, problems, embed, neighbours, step):
     """OpenSIR: proposal index -> novelty of each valid proposal's program against the archive
     problems of its task type from before this step."""
+    older = {}
+    for task, items in problems.items():
+        older[task] = embed([q["program"] for q in items if q["step"] < step])
     novel = {}
     for k, p in enumerate(proposals):
-        if not p["valid"]:
-            continue
-        older = [q["program"] for q in problems[p["task"]] if q["step"] < step]
-        vectors = embed(older + [p["problem"]["program"]])
-        novel[k] = novelty(vectors[-1], vectors[:-1], neighbours)
+        if p["valid"]:
+            vector = embed([p["problem"]["program"]])[0]
+            novel[k] = novelty(vector, older[p["task"]], neighbours)
     return novel
 
 
