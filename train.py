@@ -134,6 +134,7 @@ config = dict(
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
     save_every=10,                  # steps between checkpoints (the last always saved); -1 = last
     resume="",                      # "" = fresh, "auto" = newest checkpoint, or a step folder
+    init_adapters="",               # "s0=PATH,...": start members from saved adapters, fresh AdamW
     samples_per_step=4,             # problems (with one answer each) to samples.jsonl per step
     wandb_project="",               # Weights & Biases project for the metrics rows; "" = off
     wandb_run="",                   # wandb run name; "" = wandb's own
@@ -197,6 +198,10 @@ def check_config(cfg, roles):
         if not os.path.isfile(cfg["soar_probe"]):
             raise SystemExit(f"--soar_probe {cfg['soar_probe']!r}: not a file (JSON lines of hard "
                              "problems: task + AZR seed fields)")
+    for name, path in init_adapter_paths(cfg["init_adapters"]).items():
+        if not os.path.isfile(path):
+            raise SystemExit(f"--init_adapters {name}={path}: no such file (a PEFT folder or its "
+                             "adapter_model.safetensors)")
     for key, allowed in (("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
         if any(name.strip() not in allowed for name in cfg[key].split(",")):
             raise SystemExit(f"--{key} {cfg[key]!r}: expected names of {list(allowed)}")
@@ -206,6 +211,37 @@ def check_config(cfg, roles):
     except OSError as e:
         raise SystemExit(f"--out_dir {cfg['out_dir']!r} is not writable: {e}")
     return check_resume(cfg, roles)
+
+
+def init_adapter_paths(text):
+    """--init_adapters "s0=PATH,t1=PATH" -> {member: safetensors file}; PATH is a PEFT folder (a
+    checkpoint's adapters/<member>/) or its adapter_model.safetensors."""
+    paths = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SystemExit(f"--init_adapters {item!r}: expected MEMBER=PATH, e.g. s0=child/")
+        path = path.strip()
+        if os.path.isdir(path):
+            path = os.path.join(path, "adapter_model.safetensors")
+        paths[name.strip()] = path
+    return paths
+
+
+def load_init_adapters(cfg, model, members, optimizers, make_optimizer):
+    """--init_adapters: each named member takes the saved weights (after any --resume, so a
+    checkpoint's member can be swapped for another adapter, e.g. an evolution child) and a fresh
+    AdamW state. The weights are read on every rank, so they agree without a broadcast."""
+    from safetensors.torch import load_file
+    names = [m["name"] for m in members]
+    for name, path in init_adapter_paths(cfg["init_adapters"]).items():
+        if name not in names:
+            raise SystemExit(f"--init_adapters {name}={path}: no member {name!r} (members {names})")
+        try:
+            population.set_adapter(model, name, load_file(path))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--init_adapters {name}={path}: {e}")
+        optimizers[name] = make_optimizer(name)
 
 
 def check_resume(cfg, roles):
@@ -832,6 +868,7 @@ def main(cfg):
         problems, start, next_id, saved = restore(resume, model, members, optimizers, rng, cfg)
         leeps_stats = saved.get("leeps_stats", leeps_stats)
         probe_rates = {(name, i): rate for name, i, rate in saved.get("probe_rates", [])}
+    load_init_adapters(cfg, model, members, optimizers, make_optimizer)
     # the frozen base's embedding of a program, cached (recomputed after a resume: deterministic)
     vectors = {}
 

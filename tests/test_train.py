@@ -150,6 +150,28 @@ def test_resume_equals_uninterrupted(run4, tiny_dir, tmp_path):
     assert [strip(r) for r in rows_a] == [strip(r) for r in rows_b]
 
 
+def test_init_adapters_swaps_a_member_after_resume(run4, tiny_dir, tmp_path):
+    """--init_adapters after --resume: the named member takes the file's weights (here another
+    member's, from a later checkpoint), the others keep the checkpoint's; lr 0 keeps both visible."""
+    out, _ = run4
+    donor = out / "step_000004" / "adapters" / "t0"
+    cfg = tiny_cfg(tiny_dir, tmp_path, steps=3, evolve_every=-1, save_every=-1, lr=0.0,
+                   resume=str(out / "step_000002"), init_adapters=f"s1={donor}")
+    train.main(cfg)
+    _, resumed, _, _ = checkpoint(out / "step_000002")
+    _, later, _, _ = checkpoint(out / "step_000004")
+    _, now, optim, _ = checkpoint(tmp_path / "step_000003")
+    assert not same(later["t0"], resumed["s1"])  # the swap is visible
+    assert same(now["s1"], later["t0"]) and same(now["s0"], resumed["s0"])
+    assert optim["s1"]["state"] == {} or all(v["step"] == 1 for v in optim["s1"]["state"].values())
+    with pytest.raises(SystemExit, match=r"--init_adapters x9=.*: no member 'x9'"):
+        train.main(dict(cfg, init_adapters=f"x9={donor}"))
+    with pytest.raises(SystemExit, match=r"--init_adapters s0=.*: no such file"):
+        train.main(dict(cfg, init_adapters=f"s0={tmp_path}"))
+    with pytest.raises(SystemExit, match=r"expected MEMBER=PATH"):
+        train.main(dict(cfg, init_adapters=str(donor)))
+
+
 def test_baseline_single_agent(tiny_dir, tmp_path):
     result = train.main(tiny_cfg(tiny_dir, tmp_path, baseline=True, teachers=0, students=0))
     assert [(m["name"], m["role"]) for m in result["members"]] == [("a0", "both")]
