@@ -65,11 +65,12 @@ def read_seed_files(paths):
     return pairs, induction
 
 
-def seed_archive(seed_files, check):
+def seed_archive(seed_files, check, need_programs=True):
     """The start-up archive: AZR's identity program, or the seed files' problems, re-validated in
     the sandbox (check: [(task, item)] -> verify.validate results); invalid ones are dropped and
-    counted. A code_i/code_o seed goes into both archives. Returns (archive, one line saying what
-    was kept)."""
+    counted. A code_i/code_o seed goes into both archives. need_programs=False (students only, no
+    teacher builds on the seeds) accepts an archive of code_f problems alone. Returns (archive, one
+    line saying what was kept)."""
     pairs, induction = [dict(program=IDENTITY, input='"Hello world"')], [dict(IDENTITY_F)]
     if seed_files:
         pairs, induction = read_seed_files(seed_files)
@@ -90,7 +91,7 @@ def seed_archive(seed_files, check):
     line = (f"seed archive: {len(archive['code_o'])}/{len(pairs)} code_i/code_o and "
             f"{len(archive['code_f'])}/{len(induction)} code_f seeds valid; "
             f"{len(jobs) - kept} dropped")
-    if not archive["code_o"]:
+    if need_programs and not archive["code_o"]:
         raise SystemExit("no valid code_i/code_o seed program: teachers would have nothing to "
                          "build on")
     return archive, line

@@ -785,9 +785,8 @@ def restore(resume, model, members, optimizers, rng, cfg):
 
 def upgrade_archive(problems, cfg):
     """An archive saved before problems carried their gold encodings (verify.py grades against
-    those):
-    each such problem is validated again and gets its gold; one no longer valid is dropped. A current
-    archive comes back unchanged, nothing run."""
+    those): each such problem is validated again and gets its gold; one no longer valid is
+    dropped. A current archive comes back unchanged, nothing run."""
     upgraded = {}
     for task, items in problems.items():
         filled = verify.add_golds(task, items, cfg["validate_timeout"])
@@ -851,7 +850,9 @@ def main(cfg):
         # the seed archive before the (slow) model: a bad seed file fails fast
         def validate_seeds(jobs):
             return check(verify.validate, jobs)
-        problems, line = archive.seed_archive(cfg["seed_archive"], validate_seeds)
+        # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
+        teachers = any(role in ("teacher", "both") for role in roles)
+        problems, line = archive.seed_archive(cfg["seed_archive"], validate_seeds, teachers)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank

@@ -197,6 +197,11 @@ def test_seed_archive_takes_several_files(tmp_path):
     assert line == "seed archive: 2/3 code_i/code_o and 1/2 code_f seeds valid; 2 dropped"
     with pytest.raises(SystemExit, match=r"--seed_archive '.*missing.jsonl'"):
         archive.seed_archive(f"{io_only},{tmp_path}/missing.jsonl", check)
+    # code_f seeds alone: enough for students (--teachers 0), not for teachers
+    with pytest.raises(SystemExit, match="no valid code_i/code_o seed program"):
+        archive.seed_archive(str(f_only), check)
+    alone, _ = archive.seed_archive(str(f_only), check, need_programs=False)
+    assert {t: len(p) for t, p in alone.items()} == {"code_i": 0, "code_o": 0, "code_f": 1}
 
 
 def test_wandb_logs_the_metrics_rows_offline(tiny_dir, tmp_path, monkeypatch):
