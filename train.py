@@ -114,6 +114,7 @@ config = dict(
     unsafe_sandbox_without_filesystem_isolation=False,
     archive_cap=16384,              # problems kept per task type; the oldest are evicted
     seed_archive="",                # AZR seed JSONL files, comma-separated; "" = identity program
+                                    # (tiny-warm: its own seeds.jsonl)
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
@@ -852,7 +853,12 @@ def main(cfg):
             return check(verify.validate, jobs)
         # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
         teachers = any(role in ("teacher", "both") for role in roles)
-        problems, line = archive.seed_archive(cfg["seed_archive"], validate_seeds, teachers)
+        seed_files = cfg["seed_archive"]
+        if not seed_files and cfg["model"] == "tiny-warm":
+            # the laptop world's own seeds (tinyworld.write_seeds), not AZR's identity program
+            folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
+            seed_files = os.path.join(folder, "seeds.jsonl")
+        problems, line = archive.seed_archive(seed_files, validate_seeds, teachers)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank

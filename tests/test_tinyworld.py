@@ -155,3 +155,24 @@ def test_one_step_on_the_warm_base_has_signal(tmp_path):
     assert max(row[f"student/{m}/solve_rate/{t}"] or 0 for m in ("s0", "s1") for t in verify.TASKS) > 0, row
     assert any(row[f"grad_norm/{m}"] > 0 for m in ("t0", "t1", "s0", "s1")), row  # some TRR++ group had unequal rewards
     assert sum(row[f"archive/size/{t}"] for t in verify.TASKS) > 3 * 32  # valid proposals joined the 3 x 32 seeds
+
+
+def test_students_alone_on_tiny_warm_train_on_its_seeds(warm_dir, tmp_path, capsys):
+    # --model tiny-warm with no --seed_archive starts from the world's own seeds.jsonl (not AZR's identity program);
+    # --teachers 0: the students are topped up from that archive alone, which never grows
+    cfg = {**train.config, **dict(
+        model="tiny-warm", model_cache=os.path.dirname(warm_dir), out_dir=str(tmp_path / "run"), steps=2, teachers=0,
+        students=2, solve_samples=4, min_problems=4, max_new_tokens=64, lora_rank=8, lora_alpha=16,
+        lora_targets="q_proj,v_proj", evolve_every=-1, save_every=-1, engine="hf", seed=3)}
+    result = train.main(cfg)
+    assert "seed archive: 32/32 code_i/code_o and 32/32 code_f seeds valid" in capsys.readouterr().out
+    assert [m["name"] for m in result["members"]] == ["s0", "s1"]
+    assert {t: len(p) for t, p in result["archive"].items()} == {t: 32 for t in verify.TASKS}
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["teacher/reward"] is None and not any(k.startswith("match/") for k in row)
+        # 4 problems x 4 attempts per task type and student, graded: rewards vary, so the students train
+        for m in ("s0", "s1"):
+            assert all(row[f"student/{m}/solve_rate/{t}"] is not None for t in verify.TASKS)
+        assert any(row[f"grad_norm/{m}"] > 0 for m in ("s0", "s1")), row
