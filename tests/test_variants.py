@@ -16,6 +16,7 @@ import archive
 import logs
 import train
 import variants
+import verify
 from test_train import checkpoint, read_jsonl, same, tiny_cfg
 
 
@@ -117,12 +118,21 @@ def test_zero_variance_share():
 @pytest.mark.parametrize("options", [
     dict(teacher_reward="opensir", topup="leeps"),
     dict(teacher_reward="soar", soar_probe=os.path.join(FIXTURES_DIR, "probe.jsonl")),
-], ids=["opensir+leeps", "soar"])
-def test_option_end_to_end_and_resume(tiny_dir, tmp_path, options):
+    dict(teacher_reward="opensir", topup="leeps", warm=True),
+], ids=["opensir+leeps", "soar", "opensir+leeps-warm"])
+def test_option_end_to_end_and_resume(tiny_dir, tmp_path, options, request):
     """Each option runs the whole step on the tiny model; a run resumed at step 2 equals 4
     uninterrupted steps (LEEPS's histories and portfolio counts and SOAR's probe rates are
-    checkpointed)."""
-    cfg = tiny_cfg(tiny_dir, tmp_path / "whole", steps=4, save_every=2, min_problems=2, **options)
+    checkpointed). On the warm base teachers write valid problems, so OpenSIR's novelty really
+    embeds programs: the resumed run rebuilds its embedding cache in other batches and must get
+    the same vectors (the rewards, hence the metrics and adapters, depend on them)."""
+    options = dict(options)
+    model = tiny_dir
+    if options.pop("warm", False):
+        model = request.getfixturevalue("warm_dir")
+        options.update(seed_archive=os.path.join(model, "seeds.jsonl"), max_new_tokens=96,
+                       propose_per_task=2)
+    cfg = tiny_cfg(model, tmp_path / "whole", steps=4, save_every=2, min_problems=2, **options)
     train.main(cfg)
     train.main(dict(cfg, out_dir=str(tmp_path / "resumed"), steps=2))
     train.main(dict(cfg, out_dir=str(tmp_path / "resumed"), steps=4, resume="auto"))
@@ -135,6 +145,9 @@ def test_option_end_to_end_and_resume(tiny_dir, tmp_path, options):
     assert [strip(r) for r in rows] == [strip(r) for r in read_jsonl(tmp_path / "resumed" / "metrics.jsonl")]
     assert all(r["topup/zero_variance"] is not None for r in rows)
     state = a[0]
+    if model != tiny_dir:
+        valid = [r[f"teacher/{t}/valid_rate/{k}"] or 0 for r in rows for t in ("t0", "t1") for k in verify.TASKS]
+        assert max(valid) > 0  # novelty was measured on real programs
     if options.get("topup") == "leeps":
         assert sum(state["leeps_stats"]["explore"]) + sum(state["leeps_stats"]["exploit"]) > 0
         histories = [json.loads(line)["problem"].get("history") for line in a[3].splitlines()]
