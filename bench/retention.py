@@ -15,11 +15,19 @@ the same problems and sampling seeds as A's own continuation, a fresh AdamW stat
 controls measure what the reset alone costs).
 
 Measured on A's pool, per step: the solve rate at temperature 1 (code_i and code_o attempts
-together). Start gap = A's solve rate minus the child's at step S, before any retraining (same
-problems, same seeds). Recovered at = the first retraining step k at which the child's moving
-average over the last `--window` steps is within `--tolerance` of A's over the same steps; "-" if
-never within --retrain steps. Writes OUT/report.md, OUT/results.json, OUT/mutations.png,
-OUT/crossovers.png, and prints one JSON line.
+together). The problems of a step are the same for A's continuation and every child, and their
+difficulty swings the rate by +-0.08 from step to step, so every measure is PAIRED: d(t) = A's
+rate - the child's at step t. Start gap = the mean of d over the first `--window` retraining steps
+(S .. S+window-1). Recovered at = the first k such that the mean of d over steps S+k ..
+S+k+window-1 is at most `--tolerance`; None if no such window fits in the run. Two references, not
+operators, run the same way: R0 = the base model (every lora_B zero: what A's training added is
+gone) and RB = parent B's own adapter (what the "other" parent brings to A's problems).
+(A first version measured the gap at step S alone and unpaired moving averages with tolerance
+0.05: every child but one came out "recovered at 0". These definitions replaced it after that
+run; the curves are the same runs.)
+
+Writes OUT/report.md, OUT/results.json, OUT/mutations.png, OUT/crossovers.png; prints one JSON
+line. --reuse skips a child whose run already reached the last step (to redo the summary only).
 """
 import argparse
 import json
@@ -45,6 +53,7 @@ CROSSOVERS = [("X0", "copy_parent"), ("XL", "linear_0_5"), ("X1", "module_swap")
               ("X2", "layer_block_swap"), ("X3", "delta_lincomb_svd"), ("X4", "component_splice"),
               ("X5", "aligned_factor_avg"), ("X6", "core_ties"), ("X7", "core_dare"),
               ("X8", "weighted_multi"), ("X9", "delta_slerp")]
+REFERENCES = [("R0", "base"), ("RB", "parent_b")]
 
 
 def run(command, log_path):
@@ -75,6 +84,16 @@ def train_command(args, model, out_dir, steps, pool=None, resume=None, child=Non
     return command
 
 
+def finished(out_dir, steps):
+    """True when out_dir's run logged its last step (steps - 1)."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        lines = f.read().splitlines()
+    return bool(lines) and json.loads(lines[-1])["step"] == int(steps) - 1
+
+
 def solve_curve(metrics_path):
     """{step: solve rate over all of the student's attempts that step} (tasks weighted by their
     attempts: every task type present has min_problems x solve_samples of them)."""
@@ -93,14 +112,18 @@ def moving_average(curve, step, window, first):
     return sum(curve[s] for s in steps) / len(steps)
 
 
+def paired_gap(parent, child, first, window):
+    """Mean of parent - child over steps first .. first + window - 1 (same problems each step)."""
+    steps = range(first, first + window)
+    return sum(parent[s] - child[s] for s in steps) / window
+
+
 def retention(parent, child, snapshot, retrain, window, tolerance):
     """(start gap, recovered at: retraining steps, or None) of one child against the parent."""
-    gap = parent[snapshot] - child[snapshot]
-    for k in range(retrain):
-        step = snapshot + k
-        child_avg = moving_average(child, step, window, snapshot)
-        parent_avg = moving_average(parent, step, window, snapshot)
-        if child_avg >= parent_avg - tolerance:
+    window = min(window, retrain)
+    gap = paired_gap(parent, child, snapshot, window)
+    for k in range(retrain - window + 1):
+        if paired_gap(parent, child, snapshot + k, window) <= tolerance:
             return gap, k
     return gap, None
 
@@ -109,6 +132,14 @@ def make_children(args, parent_a, parent_b, children_dir):
     """One child per operator, saved as a safetensors file: {label: (path, info)}."""
     fitter, other = load_file(parent_a), load_file(parent_b)
     made = {}
+    # the references: the base (A with every lora_B zero: B·A = 0) and parent B's own adapter
+    base = {k: torch.zeros_like(v) if "lora_B" in k else v for k, v in fitter.items()}
+    for (label, name), adapter in zip(REFERENCES, (base, other)):
+        path = os.path.join(children_dir, f"{label}_{name}.safetensors")
+        save_file({key: value.contiguous() for key, value in adapter.items()}, path)
+        info = dict(fallback=False, reason="", delta_norm=evolve.delta_norm(adapter),
+                    parent_delta_norms=[evolve.delta_norm(fitter)])
+        made[label] = (name, "reference", path, info)
     for kind, table in (("mutation", MUTATIONS), ("crossover", CROSSOVERS)):
         for k, (label, name) in enumerate(table):
             seed = args.seed * 100 + k + (50 if kind == "crossover" else 0)
@@ -121,7 +152,7 @@ def make_children(args, parent_a, parent_b, children_dir):
     return made
 
 
-def plot(path, title, labels, parent, children, results, snapshot, retrain):
+def plot(path, title, labels, parent, children, results, snapshot, retrain, base):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -131,11 +162,14 @@ def plot(path, title, labels, parent, children, results, snapshot, retrain):
     steps = sorted(s for s in parent if s < snapshot + retrain)
     for ax, label in zip(axes.flat, labels):
         ax.plot(steps, [parent[s] for s in steps], color="gray", label="parent A")
+        ref = sorted(base)
+        ax.plot(ref, [base[s] for s in ref], color="tab:blue", linestyle=":", linewidth=1,
+                label="base (R0)")
         mine = sorted(children[label])
         ax.plot(mine, [children[label][s] for s in mine], color="tab:red", label="child")
         ax.axvline(snapshot, color="black", linestyle=":", linewidth=1)
         r = results[label]
-        recovered = "-" if r["recovered_at"] is None else r["recovered_at"]
+        recovered = "never" if r["recovered_at"] is None else r["recovered_at"]
         ax.set_title(f"{label} {r['operator']}: gap {r['start_gap']:+.2f}, back at {recovered}",
                      fontsize=9)
     for ax in axes.flat[len(labels):]:
@@ -156,9 +190,11 @@ def report(path, result):
              f"Command: `{result['command']}`", "", f"Git commit: `{result['git_commit']}`", "",
              f"Parent A command: `{' '.join(result['parent_a_command'][1:])}`", "",
              f"Settings: snapshot at step {result['snapshot']}, {result['retrain']} retraining "
-             f"steps, moving average over {result['window']} steps, tolerance "
-             f"{result['tolerance']} (solve rate). Parent A's solve rate at the snapshot: "
-             f"{result['parent_at_snapshot']:.3f} (step 0: {result['parent_at_start']:.3f}).", "",
+             f"steps, paired windows of {result['window']} steps, tolerance "
+             f"{result['tolerance']} (solve rate; the definitions are in bench/retention.py's "
+             f"docstring). Parent A's solve rate over the {result['window']} steps before the "
+             f"snapshot: {result['parent_at_snapshot']:.3f} (step 0: "
+             f"{result['parent_at_start']:.3f}).", "",
              "| label | operator | kind | fail-safe | start gap | recovered at (steps) | "
              "child, last 5 steps | parent, last 5 steps |", "|---" * 8 + "|"]
     for label, r in result["children"].items():
@@ -182,13 +218,17 @@ def main():
     parser.add_argument("--solve_samples", type=int, default=16, help="attempts per problem")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--window", type=int, default=5)
-    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument("--tolerance", type=float, default=0.02)
+    parser.add_argument("--reuse", action="store_true", help="keep finished child runs")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "out", "retention"))
     parser.add_argument("--out", default=os.path.join(ROOT, "results", "retention"))
     args = parser.parse_args()
     start = time.time()
+    # the commit that runs, read before the (long) runs
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
     for folder in (args.runs, args.out, os.path.join(args.runs, "children")):
         os.makedirs(folder, exist_ok=True)
     model = tinyworld.warm_base(args.cache, log=lambda *x: print(*x, file=sys.stderr))
@@ -204,6 +244,8 @@ def main():
     command_a = train_command(args, model, parent_dir["a"], end, pool=paths["a"])
     command_b = train_command(args, model, parent_dir["b"], args.snapshot, pool=paths["b"])
     for name, command in (("a", command_a), ("b", command_b)):
+        if args.reuse and finished(parent_dir[name], command[command.index("--steps") + 1]):
+            continue
         print(f"parent {name}: {' '.join(command)}", file=sys.stderr, flush=True)
         run(command, os.path.join(args.runs, f"parent_{name}.log"))
     snap = f"step_{args.snapshot:06d}"
@@ -214,12 +256,13 @@ def main():
     curves, results = {}, {}
     for label, (name, kind, path, info) in made.items():
         out_dir = os.path.join(args.runs, f"child_{label}_{name}")
-        if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
-            os.remove(os.path.join(out_dir, "metrics.jsonl"))  # a fresh run, not an append
-        print(f"child {label} {name}", file=sys.stderr, flush=True)
         command = train_command(args, model, out_dir, end,
                                 resume=os.path.join(parent_dir["a"], snap), child=path)
-        run(command, os.path.join(args.runs, f"child_{label}.log"))
+        if not (args.reuse and finished(out_dir, end)):
+            if os.path.exists(os.path.join(out_dir, "metrics.jsonl")):
+                os.remove(os.path.join(out_dir, "metrics.jsonl"))  # a fresh run, not an append
+            print(f"child {label} {name}", file=sys.stderr, flush=True)
+            run(command, os.path.join(args.runs, f"child_{label}.log"))
         curves[label] = solve_curve(os.path.join(out_dir, "metrics.jsonl"))
         gap, recovered = retention(parent, curves[label], args.snapshot, args.retrain,
                                    args.window, args.tolerance)
@@ -231,13 +274,12 @@ def main():
             child_last=round(sum(curves[label][s] for s in last) / len(last), 4),
             parent_last=round(sum(parent[s] for s in last) / len(last), 4),
             curve={s: round(v, 4) for s, v in sorted(curves[label].items())})
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
     result = dict(command=" ".join(["python", "bench/retention.py"] + sys.argv[1:]),
                   git_commit=commit, parent_a_command=command_a, parent_b_command=command_b,
                   snapshot=args.snapshot, retrain=args.retrain, window=args.window,
                   tolerance=args.tolerance, parent_at_start=parent[0],
                   parent_at_snapshot=moving_average(parent, args.snapshot - 1, args.window, 0),
+                  references={label: results[label]["curve"] for label, _ in REFERENCES},
                   parent_curve={s: round(v, 4) for s, v in sorted(parent.items())},
                   children=results, wall_s=round(time.time() - start, 1))
     with open(os.path.join(args.out, "results.json"), "w") as f:
@@ -245,7 +287,7 @@ def main():
     for kind, table, title in (("mutations", MUTATIONS, "mutations (parent A)"),
                                ("crossovers", CROSSOVERS, "crossovers (A fitter, B other)")):
         plot(os.path.join(args.out, f"{kind}.png"), title, [label for label, _ in table], parent,
-             curves, results, args.snapshot, args.retrain)
+             curves, results, args.snapshot, args.retrain, curves["R0"])
     report(os.path.join(args.out, "report.md"), result)
     summary = {label: [r["start_gap"], r["recovered_at"]] for label, r in results.items()}
     print(json.dumps({"parent_at_snapshot": round(result["parent_at_snapshot"], 4),
