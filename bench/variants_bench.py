@@ -35,6 +35,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import learning_check  # noqa: E402
 import tinyworld  # noqa: E402
 import tiny_world  # noqa: E402
 
@@ -50,17 +51,8 @@ def probe_file(args, reference_ckpt, folder):
     path = os.path.join(folder, "probe.jsonl")
     if os.path.exists(path):
         return path
-    pool = tinyworld.pool_rows(120, seed=PROBE_SEED)
-    candidates = []
-    for j in range(len(pool) // 2):
-        task = TASKS[j % 3]
-        pair, induction = pool[2 * j], pool[2 * j + 1]
-        row = {"id": f"probe/{j}", "task": task, "program": pair["snippet"]}
-        if task == "code_f":
-            row.update(inputs=induction["inputs"], message=induction["message"])
-        else:
-            row["input"] = pair["input"]
-        candidates.append(row)
+    # 120 programs outside the held-out set, as benchmark rows (task types in turn)
+    candidates = learning_check.pool_split(tinyworld.pool_rows(120, seed=PROBE_SEED), 120)
     data_dir = os.path.join(folder, "probe_candidates")
     os.makedirs(data_dir, exist_ok=True)
     tinyworld.write_jsonl(os.path.join(data_dir, "tiny.jsonl"), candidates)
