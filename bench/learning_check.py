@@ -186,17 +186,12 @@ def report(path, result):
 def pool_split(pool, count):
     """The first `count` pool programs as a benchmark file's rows (tinyworld.problem_rows' format,
     task types in turn): greedy pass@1 on problems the students trained on."""
-    rows = []
-    for j in range(min(count, len(pool) // 2)):
-        task = TASKS[j % len(TASKS)]
-        pair, induction = pool[2 * j], pool[2 * j + 1]
-        row = {"id": f"pool/{j}", "task": task, "program": pair["snippet"]}
-        if task == "code_f":
-            row.update(inputs=induction["inputs"], message=induction["message"])
-        else:
-            row["input"] = pair["input"]
-        rows.append(row)
-    return rows
+    programs = []
+    # pool_rows writes each program twice: {"snippet", "input"}, {"snippet", "inputs", "message"}
+    for pair, induction in zip(pool[0:2 * count:2], pool[1:2 * count:2]):
+        programs.append(dict(program=pair["snippet"], input=pair["input"],
+                             inputs=induction["inputs"], message=induction["message"]))
+    return tinyworld.problem_rows(programs, "pool")
 
 
 def evaluate_split(args, train_dir, split, data_dir, students):

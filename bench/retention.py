@@ -44,6 +44,7 @@ sys.path.insert(0, ROOT)
 
 import evolve  # noqa: E402
 import tinyworld  # noqa: E402
+from learning_check import run  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
 # the paper's labels (figures 16 and 17): controls first
 MUTATIONS = [("M0", "copy_parent"), ("M1", "spectral_jitter"), ("M2", "gauss_rel"),
@@ -54,16 +55,6 @@ CROSSOVERS = [("X0", "copy_parent"), ("XL", "linear_0_5"), ("X1", "module_swap")
               ("X5", "aligned_factor_avg"), ("X6", "core_ties"), ("X7", "core_dare"),
               ("X8", "weighted_multi"), ("X9", "delta_slerp")]
 REFERENCES = [("R0", "base"), ("RB", "parent_b")]
-
-
-def run(command, log_path):
-    """Run from the repository root, output to log_path; stop with the log's tail on failure."""
-    with open(log_path, "w") as log:
-        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        with open(log_path) as log:
-            tail = log.read()[-3000:]
-        raise SystemExit(f"{' '.join(command)} failed ({done.returncode}); {log_path}:\n{tail}")
 
 
 def train_command(args, model, out_dir, steps, pool=None, resume=None, child=None):

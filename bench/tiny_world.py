@@ -145,22 +145,25 @@ def evaluate_heldout(population_dir, baseline_dir, out_dir, args):
     """evaluate.py --benchmarks tiny at every checkpoint step both runs saved -> [{"step", ...}]."""
     steps = sorted(set(n for n in os.listdir(population_dir) if n.startswith("step_"))
                    & set(n for n in os.listdir(baseline_dir) if n.startswith("step_")))
-    curve = []
-    for name in steps:
-        target = os.path.join(out_dir, name)
-        command = [sys.executable, "evaluate.py", "--ckpt", os.path.join(population_dir, name),
-                   "--baseline_ckpt", os.path.join(baseline_dir, name), "--benchmarks", "tiny",
-                   "--engine", args.engine, "--model_cache", args.cache, "--out", target]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-        with open(os.path.join(target, "eval.json")) as f:
-            table = json.load(f)["table"]
-        point = {"step": int(name.split("_")[1])}
-        for key, label in ROWS.items():
-            point[key] = table[label]["tiny"] if label in table else None
-        curve.append(point)
-    return curve
+    return [heldout_point(population_dir, baseline_dir, name, out_dir, args) for name in steps]
+
+
+def heldout_point(population_dir, baseline_dir, name, out_dir, args):
+    """evaluate.py --benchmarks tiny on checkpoint `name` (step_NNNNNN) of both runs -> {"step",
+    and one pass@1 per ROWS key (None for a row the table lacks)}."""
+    target = os.path.join(out_dir, name)
+    command = [sys.executable, "evaluate.py", "--ckpt", os.path.join(population_dir, name),
+               "--baseline_ckpt", os.path.join(baseline_dir, name), "--benchmarks", "tiny",
+               "--engine", args.engine, "--model_cache", args.cache, "--out", target]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    with open(os.path.join(target, "eval.json")) as f:
+        table = json.load(f)["table"]
+    point = {"step": int(name.split("_")[1])}
+    for key, label in ROWS.items():
+        point[key] = table[label]["tiny"] if label in table else None
+    return point
 
 
 def verdict(differences, paper_sign):

@@ -58,7 +58,7 @@ def probe_file(args, reference_ckpt, folder):
     tinyworld.write_jsonl(os.path.join(data_dir, "tiny.jsonl"), candidates)
     out = os.path.join(folder, "probe_eval")
     command = [sys.executable, "evaluate.py", "--ckpt", reference_ckpt, "--benchmarks", "tiny",
-               "--data_dir", data_dir, "--engine", "hf", "--model_cache", args.cache,
+               "--data_dir", data_dir, "--engine", args.engine, "--model_cache", args.cache,
                "--out", out]
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
     with open(os.path.join(out, "eval.json")) as f:
@@ -115,18 +115,6 @@ def read_rows(folder):
         return [json.loads(line) for line in f]
 
 
-def heldout_at(run_dir, baseline_dir, step, out_dir, args):
-    name = f"step_{step:06d}"
-    target = os.path.join(out_dir, name)
-    command = [sys.executable, "evaluate.py", "--ckpt", os.path.join(run_dir, name),
-               "--baseline_ckpt", os.path.join(baseline_dir, name), "--benchmarks", "tiny",
-               "--engine", "hf", "--model_cache", args.cache, "--out", target]
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
-    with open(os.path.join(target, "eval.json")) as f:
-        table = json.load(f)["table"]
-    return {"mean": table["population mean"]["tiny"], "weakest": table["weakest member"]["tiny"]}
-
-
 def probe_pass_rate(run_dir, step):
     with open(os.path.join(run_dir, f"step_{step:06d}", "state.json")) as f:
         state = json.load(f)
@@ -144,6 +132,7 @@ def main():
     parser.add_argument("--skip_runs", action="store_true", help="only measure finished runs")
     parser.add_argument("--out", default=os.path.join(ROOT, "out", "variants"))
     parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
+    parser.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="for evaluate.py")
     # worker mode (one run per process)
     parser.add_argument("--variant", default="")
     parser.add_argument("--seed", type=int, default=0)
@@ -182,6 +171,7 @@ def main():
                 if item[2].returncode != 0:
                     raise SystemExit(f"{item[0]} seed {item[1]} failed: see {args.out}")
                 running.remove(item)
+    ckpt = f"step_{last_ckpt:06d}"
     result = {"command": " ".join(["python", "bench/variants_bench.py"] + sys.argv[1:]),
               "git_commit": commit, "steps": args.steps, "heldout_step": last_ckpt,
               "reference": args.reference, "probe": probe, "seeds": {}, "verdicts": {}}
@@ -189,14 +179,14 @@ def main():
         ref_dir = os.path.join(reference[seed], "population")
         base_dir = os.path.join(reference[seed], "baseline")
         ref = measures(read_rows(ref_dir), args.steps - 1)
-        ref["heldout"] = heldout_at(ref_dir, base_dir, last_ckpt,
-                                    os.path.join(args.out, f"seed_{seed}", "heldout_ref"), args)
+        ref["heldout"] = tiny_world.heldout_point(
+            ref_dir, base_dir, ckpt, os.path.join(args.out, f"seed_{seed}", "heldout_ref"), args)
         result["seeds"][seed] = {"populora": ref}
         for variant in variants:
             run_dir = os.path.join(args.out, f"seed_{seed}", variant)
             mine = measures(read_rows(run_dir), args.steps - 1)
             heldout_dir = os.path.join(args.out, f"seed_{seed}", f"heldout_{variant}")
-            mine["heldout"] = heldout_at(run_dir, base_dir, last_ckpt, heldout_dir, args)
+            mine["heldout"] = tiny_world.heldout_point(run_dir, base_dir, ckpt, heldout_dir, args)
             if variant == "soar":
                 mine["probe_pass_rate"] = probe_pass_rate(run_dir, args.steps)
                 mine["probe_s_per_step"] = statistics.median(
