@@ -852,13 +852,13 @@ def main(cfg):
         def validate_seeds(jobs):
             return check(verify.validate, jobs)
         # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
-        teachers = any(role in ("teacher", "both") for role in roles)
+        has_teachers = any(role in ("teacher", "both") for role in roles)
         seed_files = cfg["seed_archive"]
         if not seed_files and cfg["model"] == "tiny-warm":
             # the laptop world's own seeds (tinyworld.write_seeds), not AZR's identity program
             folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
             seed_files = os.path.join(folder, "seeds.jsonl")
-        problems, line = archive.seed_archive(seed_files, validate_seeds, teachers)
+        problems, line = archive.seed_archive(seed_files, validate_seeds, has_teachers)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank
