@@ -1,4 +1,4 @@
-"""The problem archive (SPEC §4.3, §10): the shared pool of valid problems per task type.
+"""The problem archive (design §4.3, §10): the shared pool of valid problems per task type.
 
 Why a file of its own: train.py runs the step; the archive is the state that outlives a step —
 where problems come from at start-up (AZR's seed files), what a problem record holds, how it is
@@ -24,7 +24,7 @@ import torch
 
 import verify
 
-# AZR's minimal seed program (azr.md §5.2) and its code_f seed, with 4 inputs of ours (verify
+# AZR's minimal seed program (docs/azr.md §5.2) and its code_f seed, with 4 inputs of ours (verify
 # wants 10)
 IDENTITY = "def f(a):\n    return a"
 IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whatever you input",
@@ -111,7 +111,7 @@ def problem_core(problem):
 
 
 def add_problems(archive, task, problems, cap):
-    """Append to the task's archive; past `cap`, the oldest are evicted (SPEC §4.3 [ours])."""
+    """Append to the task's archive; past `cap`, the oldest are evicted (design §4.3 [ours])."""
     archive[task] += problems
     del archive[task][:max(0, len(archive[task]) - cap)]
 
@@ -132,7 +132,7 @@ def pick_recent(problems, step, need, rng):
 
 @functools.lru_cache(maxsize=1)
 def cvt_centroids(cells=4096, iterations=5):
-    """The fixed 4096-cell CVT of the unit box over the 4 complexity descriptors (SPEC §10):
+    """The fixed 4096-cell CVT of the unit box over the 4 complexity descriptors (design §10):
     Lloyd's k-means over uniform samples with a fixed seed, once per process (seconds,
     deterministic)."""
     samples = torch.rand(cells * 4, len(BOX), generator=torch.Generator().manual_seed(0))

@@ -1,4 +1,4 @@
-"""torchrun SPMD for train.py (SPEC §9), in a few named helpers so that the step reads as the
+"""torchrun SPMD for train.py (design §9), in a few named helpers so that the step reads as the
 algorithm. Every helper but rank_share is a collective: every rank calls it, in the same order.
 
 Why a file of its own: the algorithm never needs to know how many processes run it; these are the

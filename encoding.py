@@ -1,5 +1,5 @@
 """The canonical encoding of a program's value, the one format that crosses the sandbox's wall
-(SPEC §3: "verdicts are decided outside the untrusted process").
+(design §3: "verdicts are decided outside the untrusted process").
 
 A child (sandbox.py) encodes each value it computed with `encode`; the parent decodes what the
 child sent with `decode` and compares with Python's == (verify.equal), and stores encodings as a

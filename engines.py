@@ -1,4 +1,4 @@
-"""Generation engines (SPEC §8): one call completes a list of (prompt, member) pairs, whatever the
+"""Generation engines (design §8): one call completes a list of (prompt, member) pairs, whatever the
 engine.
 
 Why a file of its own: population.py holds the members and trains them; this only reads them, to
@@ -118,7 +118,7 @@ def _make_llm(model_path, n_members, max_len, cfg):
         if cuda:
             max_loras = n_members
         else:
-            # CPU-only vLLM bug (reference/vllm.md): with every slot busy, "no LoRA" rows index
+            # CPU-only vLLM bug (docs/vllm.md): with every slot busy, "no LoRA" rows index
             # slot -1 = the last adapter; one spare slot keeps the last slot empty.
             max_loras = n_members + 1
     rank = next(r for r in VLLM_RANKS if r >= cfg["lora_rank"])
@@ -148,7 +148,7 @@ def _make_llm(model_path, n_members, max_len, cfg):
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(max_len, 4096)
     if _in_multi_rank_group():
-        # one independent engine per torchrun rank inside the existing process group (SPEC §9)
+        # one independent engine per torchrun rank inside the existing process group (design §9)
         kwargs["distributed_executor_backend"] = "external_launcher"
         kwargs["tensor_parallel_size"] = 1
     states = population.rng_state()

@@ -1,6 +1,6 @@
 """
 Greedy pass@1 of every member of a PopuLoRA checkpoint, the base model and a baseline run on the
-paper's ten benchmarks (SPEC §11), with AZR's evaluation protocol (reference/eval.md); `report`
+paper's ten benchmarks (design §11), with AZR's evaluation protocol (docs/eval.md); `report`
 draws the training dynamics.
 
   python evaluate.py --ckpt out/step_000200 --benchmarks all --data_dir ../shared/benchmarks \
@@ -369,7 +369,7 @@ def _mbpp_types(task_id, inputs):
 
 
 def make_prompt(name, item, cfg):
-    """AZR's evaluation prompts (reference/eval.md §3): R1 <think>/<answer> for math and LCB;
+    """AZR's evaluation prompts (docs/eval.md §3): R1 <think>/<answer> for math and LCB;
     EvalPlus's instruction + primed python fence (as AZR's converted checkpoints' plain chat
     template renders it); tiny: the student prompt of training (verify.student_prompt)."""
     if name == TINY:

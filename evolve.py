@@ -1,4 +1,4 @@
-"""Weight-space evolution of a same-rank LoRA population (PopuLoRA §7, SPEC §7, reference/evolve.md
+"""Weight-space evolution of a same-rank LoRA population (PopuLoRA §7, design §7, docs/evolve.md
 §6).
 
 An adapter is a plain dict[str, Tensor] in PEFT state-dict naming: "<module>.lora_A.weight" [r, in]
@@ -11,10 +11,10 @@ are float64) and casts back.
     mutation(adapter, generator, **hp) -> adapter             MUTATIONS[name]
     crossover(fitter, other, generator, **hp) -> adapter      CROSSOVERS[name]
     apply_operator(name, kind, parents, generator, **hp) -> (adapter, info)   with the fail-safe
-    replacement_step(members, adapters, cfg, generator, step, next_id) -> child records (SPEC §7)
+    replacement_step(members, adapters, cfg, generator, step, next_id) -> child records (design §7)
 
 Every SVD-based operator uses the exact QR route (thin QR of the stacked factors, then a kr×kr SVD;
-reference/evolve.md §4.1) and never forms a dense out×in ΔW; modules of one shape are stacked and
+docs/evolve.md §4.1) and never forms a dense out×in ΔW; modules of one shape are stacked and
 handled in one batched call (196 modules of a 7B adapter become 4 calls). Rank-r children are
 re-factored with the balanced √S split, a gauge fix (A rows rescaled to the parents' RMS row norm,
 ΔW unchanged) and dead-slot refill (a slot with σ ≈ 0 gets b_j = 0 and a fresh A row of norm 1/√3
@@ -174,7 +174,7 @@ def delta_norm(adapter):
 
 
 def qr_svd(Bs, As, weights):
-    """Top-r thin SVD of Σ_i w_i·B_i·A_i by the exact QR route (reference/evolve.md §4.1), batched
+    """Top-r thin SVD of Σ_i w_i·B_i·A_i by the exact QR route (docs/evolve.md §4.1), batched
     over modules.
 
     Bs [M, out, r] and As [M, r, in] per parent; weights scalars or [M] tensors (any sign). Returns
@@ -234,7 +234,7 @@ def _target(norm, Bs, As, weights=None):
 
 def _refactor(U, S, V, a_rms, gen, target=None):
     """Rank-r factors B = U·diag(√S/c), A = diag(c·√S)·Vᵀ from components U [M,out,r], S [M,r], V
-    [M,in,r] (reference/evolve.md §6.1), fused into one scale per slot:
+    [M,in,r] (docs/evolve.md §6.1), fused into one scale per slot:
     - balanced split: √S on both sides;
     - norm match (optional): S scaled so ‖ΔW_child‖ = target; ‖Σ s_j u_j v_jᵀ‖² = sᵀ(UᵀU ⊙ VᵀV)s,
       since U, V need not be orthonormal (component_splice);
@@ -511,7 +511,7 @@ def aligned_factor_avg(fitter, other, generator=None, w=0.5):
 
 
 def core_space(Bs, As):
-    """Shared orthonormal bases of the stacked factors and the parents' cores (reference/evolve.md
+    """Shared orthonormal bases of the stacked factors and the parents' cores (docs/evolve.md
     §2.1): B_i·A_i = Qb·C_i·Qaᵀ exactly, C_i = Rb[:, block i]·Ra[:, block i]ᵀ. Returns Qb [M,out,p],
     cores, Qa [M,in,q]."""
     r = As[0].shape[-2]
@@ -678,7 +678,7 @@ SWAPS = ("module_swap", "layer_block_swap")
 
 def apply_operator(name, kind, parents, generator, band=SAFE_BAND, **hp):
     """MUTATIONS[name] (kind 'mutation', one parent) or CROSSOVERS[name] (kind 'crossover', fitter
-    first; weighted_multi takes >= 2) behind the fail-safe of reference/evolve.md §6.1: a child with
+    first; weighted_multi takes >= 2) behind the fail-safe of docs/evolve.md §6.1: a child with
     non-finite values, ‖ΔW‖ outside [band[0]·min, band[1]·max] of the parents' ‖ΔW‖, or a failed SVD
     is replaced by a copy of parent 1. Returns (child, info); info = {"operator", "kind",
     "fallback": bool, "reason": str, "delta_norm", "parent_delta_norms", "seconds"} plus, for swaps,
@@ -756,7 +756,7 @@ def _names(text, table, key):
 
 
 def replacement_step(members, adapters, cfg, generator, step, next_id):
-    """One evolution event (SPEC §7). Within each role of size >= 2, rank by μ − 3σ and replace the
+    """One evolution event (design §7). Within each role of size >= 2, rank by μ − 3σ and replace the
     bottom ⌈evolve_frac·n⌉ (never the best). Each child: with probability crossover_prob a crossover
     of two distinct parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator
     is drawn uniformly from the enabled list (both lists empty: copy_parent). Parents are read from

@@ -1,6 +1,6 @@
 """
-Scorers of evaluate.py: is a model's answer to a benchmark item right? (SPEC §11,
-reference/eval.md §3). (verify.grade is the other judge: the training verifier's verdict on an
+Scorers of evaluate.py: is a model's answer to a benchmark item right? (design §11,
+docs/eval.md §3). (verify.grade is the other judge: the training verifier's verdict on an
 attempt.)
 
 Math: AZR's strip_string normalisation (Qwen2.5-Math's parser, without its word2number step), then

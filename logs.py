@@ -1,4 +1,4 @@
-"""What a step leaves behind (SPEC §10): the metrics.jsonl row, samples.jsonl, the console line,
+"""What a step leaves behind (design §10): the metrics.jsonl row, samples.jsonl, the console line,
 config.json and, if asked for, Weights & Biases.
 
 Why a file of its own: train.py is the algorithm; this turns a finished step's records into
@@ -59,7 +59,7 @@ def student_metrics(prefix, attempts):
 
 
 def step_metrics(step, members, proposals, attempts, matches, problems, stats, children):
-    """The metrics.jsonl row of SPEC §10: aggregate and per member; None = nothing this step.
+    """The metrics.jsonl row of design §10: aggregate and per member; None = nothing this step.
     `problems` is the archive; `children` the evolution records of this step."""
     row = {"step": step}
     # the aggregate over the whole population first, then one block per member

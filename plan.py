@@ -4,7 +4,7 @@ Why a file of its own: train.py runs the loop; this answers one question before 
 (does this configuration fit one GPU per rank?), and train.py asks it again at start-up on CUDA,
 stopping with the table when the answer is no.
 
-What one rank holds (SPEC §9: every rank holds the base, every member, every optimizer state and
+What one rank holds (design §9: every rank holds the base, every member, every optimizer state and
 its own vLLM engine; it trains every member, one at a time):
 - the base for training, in the training dtype (counted exactly on the meta device: nothing loaded);
 - every member's LoRA weights in float32 (peft keeps adapters in float32 under a bf16 base), counted

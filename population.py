@@ -1,4 +1,4 @@
-"""The population: one frozen base model, many LoRA members on it (SPEC §6, §8, §10).
+"""The population: one frozen base model, many LoRA members on it (design §6, §8, §10).
 
 What is here, as plain functions over plain data:
 - loading the base (a Hugging Face id or a local folder; tinyworld.py builds the built-in tiny
@@ -8,7 +8,7 @@ What is here, as plain functions over plain data:
   state dict; `active(model, name)` for the one place the library's active-adapter state is used;
 - per-token log-probs of given completions under one member (the training forward), computed in
   chunks of completion tokens: memory grows with the chunk, not with batch x length x vocabulary;
-- atomic checkpoints of the whole population (SPEC §10).
+- atomic checkpoints of the whole population (design §10).
 Not here: generation (engines.py), ratings (ratings.py), the loss, advantages and the loop
 (train.py), the evolution operators (evolve.py).
 """
@@ -253,7 +253,7 @@ def token_logprobs(model, name, prompt_ids, completion_ids, chunk=1024):
     mask 0 after). Gradients reach only `name`'s LoRA parameters; entropy (nats, over the full
     vocabulary) is detached.
 
-    Memory (SPEC §5): the vocabulary projection, log-softmax and entropy run over `chunk`
+    Memory (design §5): the vocabulary projection, log-softmax and entropy run over `chunk`
     completion tokens at a time (completion_chunk), and with gradients each chunk is checkpointed:
     only its hidden states are kept and the chunk's logits are rebuilt in backward. Peak extra
     memory ~ chunk x vocabulary x 4 bytes x a few, not B x T x vocabulary. Callers that train keep
@@ -352,7 +352,7 @@ def completion_chunk(head, hidden, targets):
     return logp, entropy
 
 
-# ----------------------------------------------------------------------- checkpoints (SPEC §10)
+# ----------------------------------------------------------------------- checkpoints (design §10)
 
 
 def rng_state():

@@ -1,8 +1,8 @@
-"""The AZR prompts (SPEC §2): the R1 wrapper, the teacher's two proposal tasks and the student's
+"""The AZR prompts (design §2): the R1 wrapper, the teacher's two proposal tasks and the student's
 three solve tasks, and the two functions that fill them in. verify.py re-exports teacher_prompt and
 student_prompt with the task checked and the screen's banned list filled in.
 
-The text is AZR's structure in our own words (azr.md §9.12: without AZR's swapped difficulty
+The text is AZR's structure in our own words (docs/azr.md §9.12: without AZR's swapped difficulty
 bullet). Keep every byte: a warm-started model was trained on these prompts word for word, and
 tinyworld.prompt_chunks gives each constant piece of them its own token. Some template lines are
 over 100 characters for that reason.

@@ -1,4 +1,4 @@
-"""Member ratings (SPEC §6): TrueSkill, behind the five functions the rest of the code calls.
+"""Member ratings (design §6): TrueSkill, behind the five functions the rest of the code calls.
 
 Why a file of its own: the rating system is a part researchers swap (Elo, Glicko, a plain win
 rate). Everything else — matchmaking in train.py, the replacement step in evolve.py, the metrics in
@@ -11,7 +11,7 @@ import math
 import trueskill
 
 # A local environment: trueskill.setup() would change the package's global one for everyone in the
-# process. SPEC §6: mu0 25, sigma0 25/3, beta 25/6, tau 25/300, draw probability 0.1.
+# process. design §6: mu0 25, sigma0 25/3, beta 25/6, tau 25/300, draw probability 0.1.
 TRUESKILL = trueskill.TrueSkill(mu=25.0, sigma=25.0 / 3, beta=25.0 / 6, tau=25.0 / 300,
                                 draw_probability=0.1)
 
@@ -42,10 +42,10 @@ def update(teacher, student, outcome):
 
 
 def conservative_score(member):
-    """What selection ranks by (SPEC §7): mu - 3 sigma."""
+    """What selection ranks by (design §7): mu - 3 sigma."""
     return member["mu"] - 3 * member["sigma"]
 
 
 def child(parents):
-    """The rating of a child made from `parents` (SPEC §7): the parents' mean mu, a fresh sigma."""
+    """The rating of a child made from `parents` (design §7): the parents' mean mu, a fresh sigma."""
     return {"mu": sum(p["mu"] for p in parents) / len(parents), "sigma": TRUESKILL.sigma}

@@ -1,5 +1,5 @@
 """
-Training-dynamics figures of PopuLoRA runs from their metrics.jsonl (SPEC §10), like the paper's
+Training-dynamics figures of PopuLoRA runs from their metrics.jsonl (design §10), like the paper's
 Figures 3, 4, 5, 9 and 12, and a short report.md linking them. Called as
 `python evaluate.py report OUT_DIR [OTHER_OUT_DIR ...]` (or `python report.py ...`); several runs
 (population and baseline) share the axes of every figure.

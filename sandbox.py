@@ -1,4 +1,4 @@
-"""Process sandbox for model-written Python (SPEC §3 layers 2-5; layer 1, the static screen, is in
+"""Process sandbox for model-written Python (design §3 layers 2-5; layer 1, the static screen, is in
 verify.py).
 
 API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:

@@ -5,8 +5,8 @@ sandbox keeps the valid ones, the matched students attempt them, every adapter g
 task-relative REINFORCE++ update, TrueSkill rates every match, and every `evolve_every` steps the
 weakest members are replaced by LoRA weight-space children of strong ones.
 
-Here: the config, the step (SPEC §4) as one function per phase, the rewards, advantages, loss and
-match rule (SPEC §5, §6), and main(). Elsewhere: verify.py (prompts, parsing, validity, grading),
+Here: the config, the step (design §4) as one function per phase, the rewards, advantages, loss and
+match rule (design §5, §6), and main(). Elsewhere: verify.py (prompts, parsing, validity, grading),
 population.py (base, adapters, log-probs, checkpoints), engines.py (generation), ratings.py
 (TrueSkill), evolve.py (operators, the replacement step), archive.py (the problem archive),
 logs.py (metrics and samples), plan.py (the GPU memory plan).
@@ -23,7 +23,7 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 1) The matched student's attempts are used both for the teacher's reward (its solve rate p) and for
    the student's own update. AZR samples 8 extra solver answers per proposal only to estimate
    learnability, throws them away and trains the solver on separate buffer problems; we waste no
-   rollouts (SPEC §4).
+   rollouts (design §4).
 2) TRR++ normalises per sequence, A = (r - mean) / (std + 1e-6) per (adapter, role, task) group
    (AZR's veRL whitens token-weighted). One optimizer step per step on fresh samples: PPO ratio 1,
    no clipping, KL, critic or reference.
@@ -83,7 +83,7 @@ config = dict(
     lora_alpha=64,                  # LoRA scale alpha / r
     lora_dropout=0.0,               # dropout on the LoRA input
     lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",  # adapted modules
-    lr=1e-5,                        # AdamW learning rate, constant (SPEC §5)
+    lr=1e-5,                        # AdamW learning rate, constant (design §5)
     weight_decay=0.0,               # AdamW weight decay
     grad_clip=1.0,                  # max global gradient norm per member and step
     micro_batch_tokens=16384,       # padded tokens per forward/backward; lower first on OOM
@@ -99,7 +99,7 @@ config = dict(
     max_prompt_tokens=6144,         # tokens; a longer teacher prompt shows fewer references
     max_new_tokens=4096,            # tokens per response
     teacher_reward_unsolved=0.0,    # reward for a valid problem never solved (AZR code: -0.5)
-    draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (SPEC §6)
+    draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (design §6)
     # related systems (README "Variants"); the defaults are PopuLoRA's own
     teacher_reward="populora",      # populora | opensir (novelty + learnable band) | soar (probes)
     opensir_novelty_weight=0.5,     # OpenSIR: weight of novelty against the difficulty band term
@@ -118,7 +118,7 @@ config = dict(
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
-    # enabled mutations M1-M6 and crossovers (SPEC §7; the controls copy_parent and linear_0_5
+    # enabled mutations M1-M6 and crossovers (design §7; the controls copy_parent and linear_0_5
     # are off)
     mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",
     crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,"
@@ -272,7 +272,7 @@ def check_resume(cfg, roles):
 # The parts a researcher changes: pure functions, each unit-tested (tests/test_train.py).
 
 def student_reward(correct, well_formed):
-    """AZR's solver reward (SPEC §4.6): correct 1, well-formed but wrong -0.5, format error -1."""
+    """AZR's solver reward (design §4.6): correct 1, well-formed but wrong -0.5, format error -1."""
     if correct:
         return 1.0
     if well_formed:
@@ -281,7 +281,7 @@ def student_reward(correct, well_formed):
 
 
 def teacher_reward(valid, solve_rate, unsolved):
-    """The proposer reward for one proposal (SPEC §4.6, deviation 3): invalid or badly formatted
+    """The proposer reward for one proposal (design §4.6, deviation 3): invalid or badly formatted
     -1;
     a valid problem its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too
     easy) and `unsolved` if p = 0 (the paper's equation: 0; AZR's code: -0.5)."""
@@ -311,7 +311,7 @@ def trr_advantages(rewards, groups):
 
 
 def pg_loss(logp, mask, advantages, total_tokens):
-    """Token-level policy gradient (SPEC §5): loss = -sum_i A_i sum_t log pi(y_it) / sum_i |y_i|.
+    """Token-level policy gradient (design §5): loss = -sum_i A_i sum_t log pi(y_it) / sum_i |y_i|.
     logp, mask [B, T] over one micro-batch's completion tokens, advantages [B]; total_tokens =
     sum_i |y_i| over the member's WHOLE batch on all ranks, so micro-batch losses add up to the full
     loss (gradient accumulation needs no rescaling)."""
@@ -319,7 +319,7 @@ def pg_loss(logp, mask, advantages, total_tokens):
 
 
 def match_outcome(solve_rate, draw_margin):
-    """1 student wins, 0 draw, -1 teacher wins (SPEC §6 [ours]). solve_rate = the student's mean
+    """1 student wins, 0 draw, -1 teacher wins (design §6 [ours]). solve_rate = the student's mean
     correctness over the teacher's valid problems; None (the teacher had no valid problem) is a
     teacher loss."""
     if solve_rate is None:
@@ -332,7 +332,7 @@ def match_outcome(solve_rate, draw_margin):
 
 
 def matchmake(teachers, students, rng):
-    """PFSP pairing (SPEC §4.1): teachers (in an rng-shuffled order, cycling) each draw one student
+    """PFSP pairing (design §4.1): teachers (in an rng-shuffled order, cycling) each draw one student
     from the pool of not yet matched students with weight p(1 - p), p = P(student beats teacher),
     so balanced pairs are likeliest; the pool refills once empty. Runs max(N_T, N_S) matches so
     every member plays: with N_T = N_S each student plays exactly one teacher. Returns
@@ -362,7 +362,7 @@ def pack_micro_batches(sequences, budget):
     """Micro-batches of at most `budget` padded tokens (batch size x its longest prompt +
     completion), over sequences sorted by length so similar lengths share a batch. A sequence
     longer than the budget gets a batch of its own. The budget, not a sequence count, bounds
-    activation memory (SPEC §5)."""
+    activation memory (design §5)."""
     batches, batch, longest = [], [], 0
     for s in sorted(sequences, key=lambda s: len(s["prompt_ids"]) + len(s["completion_ids"])):
         length = len(s["prompt_ids"]) + len(s["completion_ids"])
@@ -381,7 +381,7 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     "role", "task"} (the member's WHOLE batch, identical on every rank): TRR++ advantages over the
     whole batch, this rank's token-balanced share forwarded in micro-batches of
     `micro_batch_tokens`, gradients summed over ranks, global grad-norm clip, and the same AdamW
-    step on every rank (SPEC §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
+    step on every rank (design §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
     "tokens" {role: count}}."""
     rewards = [s["reward"] for s in sequences]
     advantages = trr_advantages(rewards, [(s["role"], s["task"]) for s in sequences])
@@ -467,7 +467,7 @@ def run_verify(fn, jobs, timeout):
 # ranks and gather it back; the phases never see a rank.
 
 def plan_step(cfg, members, teachers, students, problems, rng):
-    """Rank 0's decisions (SPEC §4.1): the matches, and per proposal slot the archive problems its
+    """Rank 0's decisions (design §4.1): the matches, and per proposal slot the archive problems its
     teacher is shown (code_f: one program of code_i U code_o). Returns (slots, matches, shown)."""
     slots = []
     for t in teachers:
@@ -493,7 +493,7 @@ def plan_step(cfg, members, teachers, students, problems, rng):
 
 
 def propose(slots, shown, problems, tokenizer, cfg, generate):
-    """Every teacher x task type x propose_per_task in ONE batched generation (SPEC §4.2)."""
+    """Every teacher x task type x propose_per_task in ONE batched generation (design §4.2)."""
     programs = problems["code_i"] + problems["code_o"]
     proposals, requests = [], []
     for (teacher, task), picks in zip(slots, shown):
@@ -518,7 +518,7 @@ def propose(slots, shown, problems, tokenizer, cfg, generate):
 
 
 def validate(proposals, step, check):
-    """Every parsed proposal in the sandbox, batched (SPEC §4.3). A valid one becomes a problem."""
+    """Every parsed proposal in the sandbox, batched (design §4.3). A valid one becomes a problem."""
     jobs = []
     for p in proposals:
         if p["parsed"] is None:
@@ -543,7 +543,7 @@ def validate(proposals, step, check):
 
 def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_stats=None):
     """Rank 0: for each match and task type, archive problems that top the student's batch up to
-    min_problems when its teacher made fewer valid ones (SPEC §4.4): AZR's recent-first mix, or
+    min_problems when its teacher made fewer valid ones (design §4.4): AZR's recent-first mix, or
     LEEPS's explore/exploit portfolios (topup=leeps; `embed` maps programs to base embeddings).
     {(match index, task): [index]}"""
     vectors = {}
@@ -567,7 +567,7 @@ def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_
 
 def solve(matches, proposals, topups, problems, cfg, generate):
     """Each match's student attempts each valid problem of its teacher, and its top-ups,
-    solve_samples times, in ONE batched generation (SPEC §4.4)."""
+    solve_samples times, in ONE batched generation (design §4.4)."""
     attempts = []
     for i, match in enumerate(matches):
         for task in verify.TASKS:
@@ -597,7 +597,7 @@ def solve(matches, proposals, topups, problems, cfg, generate):
 
 
 def grade(attempts, check):
-    """Every well-formed attempt in the sandbox, batched (SPEC §4.5)."""
+    """Every well-formed attempt in the sandbox, batched (design §4.5)."""
     jobs = []
     for a in attempts:
         if a["answer"] is not None:
@@ -608,7 +608,7 @@ def grade(attempts, check):
 
 
 def assign_rewards(proposals, attempts, cfg, novel=None):
-    """SPEC §4.6. A response the engine could not generate gets no reward (and no update); so does
+    """design §4.6. A response the engine could not generate gets no reward (and no update); so does
     a valid problem none of whose attempts was generated. teacher_reward=opensir pays by
     opensir_teacher_reward (`novel`: proposal index -> novelty); soar pays later (assign_soar)."""
     for a in attempts:
@@ -640,7 +640,7 @@ def assign_soar(proposals, matches, gains):
 
 
 def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
-    """One AdamW step per member (SPEC §5): teachers on their proposals, students on their
+    """One AdamW step per member (design §5): teachers on their proposals, students on their
     attempts.
     Every rank trains every member on its share of that member's sequences. Returns stats per
     member."""
@@ -657,7 +657,7 @@ def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
 
 def soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank, world, engine,
                 step, generate, check, probe, probe_rates, times):
-    """teacher_reward=soar's update (SPEC §5 otherwise unchanged): the students go first, their
+    """teacher_reward=soar's update (design §5 otherwise unchanged): the students go first, their
     probe
     pass rates are measured before (when not known from the last step: a new child) and after, and
     each teacher is paid its matched student's gain before its own update. probe_rates {(name, id):
@@ -688,7 +688,7 @@ def soar_update(model, members, optimizers, proposals, attempts, matches, cfg, r
 
 
 def rate(matches, attempts, members, cfg):
-    """One rated match per (teacher, student) pair (SPEC §6): the student's solve rate on its
+    """One rated match per (teacher, student) pair (design §6): the student's solve rate on its
     teacher's valid problems decides the outcome. Fills the match records; returns the rated ones
     (students-only runs have none)."""
     by_name = {m["name"]: m for m in members}
@@ -708,9 +708,9 @@ def rate(matches, attempts, members, cfg):
 
 
 def evolve_population(model, members, optimizers, make_optimizer, cfg, step, next_id, rank, world):
-    """SPEC §7: rank 0 plans the children (evolve.replacement_step) and writes them into their
+    """design §7: rank 0 plans the children (evolve.replacement_step) and writes them into their
     slots; the plan and the children's weights go to every rank (the only weight broadcast of a
-    run). Every rank holds every member's optimizer state (SPEC §9), so each resets a child's
+    run). Every rank holds every member's optimizer state (design §9), so each resets a child's
     state, or copies it per module from its donor parent, on its own. Returns (children, next
     id)."""
     children = None
@@ -865,7 +865,7 @@ def main(cfg):
     folder, model, tokenizer, members = load_population(cfg, roles, dtype, device, checkpointing)
 
     def make_optimizer(name):
-        # SPEC §5: AdamW, constant lr; every rank holds every member's state (SPEC §9)
+        # design §5: AdamW, constant lr; every rank holds every member's state (design §9)
         params = population.trainable_params(model, name)
         return torch.optim.AdamW(params, lr=cfg["lr"], betas=(0.9, 0.999),
                                  weight_decay=cfg["weight_decay"])
@@ -918,7 +918,7 @@ def main(cfg):
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
-        # ---- ALGO 9: evolution every evolve_every steps (SPEC §7), at the START of the step, so
+        # ---- ALGO 9: evolution every evolve_every steps (design §7), at the START of the step, so
         # every checkpoint holds members that have trained (deviation 7); true on every rank
         children = []
         if cfg["evolve_every"] > 0 and step > 0 and step % cfg["evolve_every"] == 0:

@@ -1,6 +1,6 @@
-"""The AZR task family (SPEC §2): prompts (their text is in prompts.py), response parsers, proposal
+"""The AZR task family (design §2): prompts (their text is in prompts.py), response parsers, proposal
 validity, grading, program complexity, the AZR seed tally and a command-line interface. Every piece
-of model text that runs, runs in sandbox.py's worker pool (SPEC §3).
+of model text that runs, runs in sandbox.py's worker pool (design §3).
 
   python verify.py validate --task code_o < proposals.jsonl  # {"program", "input"} -> {"valid",
                                                              # "reason", "output", "gold"}
@@ -10,13 +10,13 @@ of model text that runs, runs in sandbox.py's worker pool (SPEC §3).
 Tasks (AZR ids): code_o deduction (predict the output), code_i abduction (find an input), code_f
 induction (write f from 5 shown pairs and a message; graded on the 5 hidden ones). Prompts
 (prompts.py) keep AZR's structure (R1 wrapper ending in "Assistant: <think>", fences, K references,
-input_k/output_k fences) in our own words, without AZR's swapped difficulty bullet (azr.md §9.12).
+input_k/output_k fences) in our own words, without AZR's swapped difficulty bullet (docs/azr.md §9.12).
 A response must match `...</think> <answer>...</answer>`; teacher code = first python/untagged
 fence, input = first `input` fence, code_f keeps the last 10 `input` fences and a `message` fence
 (or <message> tag); student answers = the last fence of their kind (code_i/code_o fall back to the
 whole answer, as AZR).
 
-Validity [ours where it fixes azr.md §9]: parses; entry = `f`, or the only top-level def (renamed
+Validity [ours where it fixes docs/azr.md §9]: parses; entry = `f`, or the only top-level def (renamed
 to f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an
 input of 8+ chars is not pasted into the program; two runs in two separately started interpreters
 (different hash seeds) succeed within the time limit and agree on the repr and encoding; the value
@@ -27,7 +27,7 @@ input fences, a message that is non-empty and does not contain the program, >= 2
 Multi-line inputs work (calls are compiled as `f(\n<input>\n)` expressions, never pasted on one
 line).
 
-Golds and grading [ours; SPEC §3 "verdicts are decided outside the untrusted process"]: a valid
+Golds and grading [ours; design §3 "verdicts are decided outside the untrusted process"]: a valid
 proposal gets "gold", the canonical encoding of its value(s) (encoding.py; plain JSON data,
 stored with the problem). Children never see a gold: they run the answer and send back its value's
 encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: the
@@ -36,7 +36,7 @@ answer evaluated with the program's imports but not f; code_i: the answer's argu
 such as claim f's value, which the prompt shows, survives); code_f: the student's program on the
 hidden inputs (the teacher program's imports prepended). Problems from before golds: add_golds.
 
-Static screen (layer 1): banned imports (AZR's list + SPEC's, dotted components), banned names
+Static screen (layer 1): banned imports (AZR's list + the design's, dotted components), banned names
 (eval, exec, open, vars, ... unless the program binds the name), escape hatches (__globals__,
 __bases__, ... plus __dict__, __class__, __setattr__, __delattr__ [ours]) as attributes, names or
 inside strings, getattr & co. only with a constant non-dunder name, no assignment or deletion
@@ -65,7 +65,7 @@ N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the
 MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
-# AZR's list, SPEC's additions, then ours (the C twins of banned modules, modules that run code
+# AZR's list, the design's additions, then ours (the C twins of banned modules, modules that run code
 # given as a string or reach sys.modules): what teacher prompts list
 BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
                     "hashlib hmac bcrypt calendar os sys socket shutil ctypes importlib signal "
@@ -813,7 +813,7 @@ def _literal(text):
 def _seed_explanation(row, result):
     """How an AZR seed row's recorded output is explained by its validate result: "reproduced",
     "truncated" (AZR kept the first 200 + "..." + the last 200 chars), "recorded_empty" (AZR's
-    leaky status check stored '', azr.md §9.3), "hash_order" (set order changes with the hash seed:
+    leaky status check stored '', docs/azr.md §9.3), "hash_order" (set order changes with the hash seed:
     our two-interpreter check rejects it), else "unexplained"."""
     recorded = row["output"]
     if result["valid"]:

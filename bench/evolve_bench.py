@@ -1,7 +1,7 @@
 """Speed of evolve.py's operators on a Qwen2.5-7B-shaped adapter, and the QR route against the dense route.
 
 Builds two rank-32 bf16 parents with Qwen2.5-7B shapes (28 layers × q,k,v,o,gate,up,down = 196 modules; hidden
-3584, intermediate 18944, kv dim 512) like reference/evolve.md appendix B (decaying spectrum, the parents share
+3584, intermediate 18944, kv dim 512) like docs/evolve.md appendix B (decaying spectrum, the parents share
 half their rank slots), times every operator through evolve.apply_operator (fail-safe included) on the whole
 adapter, then compares, on one down_proj (3584 × 18944), the exact QR route (delta_lincomb_svd, w = 0.5,
 norm 'keep') with the dense route PEFT's add_weighted_adapter(combination_type="svd") takes: form ΔW,
@@ -74,7 +74,7 @@ def timed(fn, repeats, cpu=None):
 def dense_route(parents, stem, r, dtype, transpose=False):
     """PEFT's svd merge on one module: dense ΔW = Σ 0.5·B_i·A_i, reduced SVD, keep r; returns (seconds, product).
     transpose=True factors the tall ΔWᵀ instead (MKL is ~3.5× faster on tall than on wide matrices;
-    reference/evolve.md §3): used only for the float64 accuracy reference."""
+    docs/evolve.md §3): used only for the float64 accuracy reference."""
     t0 = time.perf_counter()
     dw = sum(0.5 * (p[stem + evolve.B_KEY].to(dtype) @ p[stem + evolve.A_KEY].to(dtype)) for p in parents)
     U, S, Vh = torch.linalg.svd(dw.mT if transpose else dw, full_matrices=False)

@@ -11,7 +11,7 @@ mixed and single calls alternate inside one process and the medians over --repea
 """
 import os
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process (reference/vllm.md)
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process (docs/vllm.md)
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported, else OpenMP fights the engine loop
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import argparse

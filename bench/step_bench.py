@@ -1,5 +1,5 @@
 """Step speed of train.py on the built-in tiny model: the 4T+4S population against the single-agent baseline with
-the same per-adapter batches (SPEC §4), measured in one run. Prints ONE JSON line:
+the same per-adapter batches (design §4), measured in one run. Prints ONE JSON line:
 
   {"population_s_per_step", "baseline_s_per_step", "ratio" (population / baseline; the paper reports 1.31x for
    4T+4S with vLLM on GPUs), "share": {phase: fraction of the population's step time} for generate / verify / train /
@@ -23,7 +23,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # vLLM in-process on CPU (reference/vllm.md)
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # vLLM in-process on CPU (docs/vllm.md)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import tinyworld  # noqa: E402

@@ -50,7 +50,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-# vLLM in-process on CPU (reference/vllm.md)
+# vLLM in-process on CPU (docs/vllm.md)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -283,7 +283,7 @@ def main():
     parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
     parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--probe", action="store_true", help="step 0 of the population only")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling (SPEC: 1.0)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling (design §4: 1.0)")
     args = parser.parse_args()
     start = time.time()
     with contextlib.redirect_stdout(sys.stderr):

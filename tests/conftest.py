@@ -3,7 +3,7 @@ import os
 import sys
 
 # vLLM on CPU in-process: the engine core must run in this process (3 s start instead of 30 s) and OpenMP
-# must use one thread, else its threads fight the engine loop on 2 cores (reference/vllm.md). These must be
+# must use one thread, else its threads fight the engine loop on 2 cores (docs/vllm.md). These must be
 # set before torch is imported anywhere, hence here.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -24,12 +24,12 @@ CFG = dict(E.config, data_dir=FIX, workers=2)
 # Canonical solutions known not to pass here, each with its reason (checked by
 # test_canonical_solutions_real):
 KNOWN_CODE = {"Mbpp/599": "the canonical solution itself needs 25-50 s of CPU for its 88 plus "
-                          "inputs (EvalPlus: ~51 s, reference/eval.md §2.3), close to the 60 s "
+                          "inputs (EvalPlus: ~51 s, docs/eval.md §2.3), close to the 60 s "
                           "per-task cap: passes here, may not on a slower machine"}
 # Gold answers that cannot be scored correct even against themselves:
 KNOWN_MATH = {"math500": {"test/prealgebra/105.json": "gold \\text{east}: AZR's strip_string removes "
                                                       "'east' (a unit word), leaving an empty gold "
-                                                      "(reference/eval.md §1.2)"}}
+                                                      "(docs/eval.md §1.2)"}}
 
 
 def cli(*args, cwd=None, timeout=600):

@@ -1,6 +1,6 @@
-"""evolve.py: reference/evolve.md §6.4 — the universal properties 1–8 for every operator
+"""evolve.py: docs/evolve.md §6.4 — the universal properties 1–8 for every operator
 (parametrised), the per-operator properties against dense float64 algebra on small shapes, the
-fail-safe, and the replacement step (SPEC §7). The LoraConfig part of property 1 does not apply:
+fail-safe, and the replacement step (design §7). The LoraConfig part of property 1 does not apply:
 operators never see the config (evolve.py docstring)."""
 import math
 
@@ -549,7 +549,7 @@ def test_bad_input_is_a_clear_error():
         evolve.component_resample(p, gen, rho=0.0)
 
 
-# ----------------------------------------------------------------------- replacement step (SPEC §7)
+# ----------------------------------------------------------------------- replacement step (design §7)
 
 def population(mus, roles=("teacher", "student")):
     members, adapters, i = [], {}, 0

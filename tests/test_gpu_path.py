@@ -237,7 +237,7 @@ def torchrun(nproc, script, *args, timeout=900):
 
 @pytest.mark.slow
 def test_two_ranks_train_like_one_on_the_same_sequences(tiny_dir, tmp_path):
-    """SPEC §9 on fixed sequences: after updates, an evolution and another update, both ranks hold bit-identical
+    """design §9 on fixed sequences: after updates, an evolution and another update, both ranks hold bit-identical
     adapters AND optimizer states (every rank steps every member), and the same adapters as a 1-rank run up to
     float32 summation order."""
     probe = os.path.join(FIXTURES_DIR, "update_probe.py")

@@ -1,4 +1,4 @@
-"""train.py end to end on the built-in tiny model (CPU, hermetic): the step of SPEC §4 with 2 teachers + 2 students,
+"""train.py end to end on the built-in tiny model (CPU, hermetic): the step of design §4 with 2 teachers + 2 students,
 evolution and its lineage in the checkpoint, the frozen base untouched, the baseline and 1T+1S, resume == an
 uninterrupted run, a 2-process torchrun on gloo, the loss's sign (a learning test), and every bad input of issue 5.
 
@@ -40,7 +40,7 @@ def read_jsonl(path):
 
 
 def spec_keys(teachers, students):
-    """The metrics.jsonl keys SPEC §10 requires every step (match keys are checked separately)."""
+    """The metrics.jsonl keys design §10 requires every step (match keys are checked separately)."""
     keys = {"step", "archive/coverage", "tokens_per_s", *(f"archive/size/{t}" for t in verify.TASKS),
             *(f"complexity/{k}" for k in ("ast_depth", "cyclomatic", "loc", "variables")),
             *(f"{kind}/{role}" for kind in ("response_len", "entropy") for role in ("teacher", "student")),
@@ -334,7 +334,7 @@ def test_torchrun_two_ranks_hold_identical_adapters(tiny_dir, tmp_path):
     """2 processes on gloo. Their metrics cannot equal a 1-process run's: sampling depends on how the requests are
     split over ranks (each rank samples its share with a seed derived from (seed, step, rank), and both engines
     draw a batch's tokens from one stream), so different texts come back and everything downstream differs. The
-    invariant that does hold (SPEC §9) is checked instead: after every update and every evolution, every rank holds
+    invariant that does hold (design §9) is checked instead: after every update and every evolution, every rank holds
     bit-identical adapters (tests/test_gpu_path.py checks the update itself on fixed sequences)."""
     cfg = tiny_cfg(tiny_dir, tmp_path, steps=2, evolve_every=1, save_every=2)
     argv = [f"--{k}={v}" for k, v in cfg.items() if v is not None]
