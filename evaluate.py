@@ -20,7 +20,7 @@ private tests).
 Math: AIME 24/25, AMC 23, MATH-500, Minerva, OlympiadBench (AZR's six) and GSM8K (PopuLoRA's
 seventh): AZR's <think>/<answer> prompt and answer extraction. Scoring (math-verify, the sandboxed
 tests) is in graders.py.
-Tiny (not in "all"): the laptop world's held-out problems (tinyworld.heldout_benchmark: 30 per
+Tiny (not in "all"): the laptop world's held-out problems (tinyworld.heldout_benchmark: 200 per
 task type, from a generator seed the warm start never used, no program it ever showed), in the
 students' own prompt (verify.student_prompt); answers parsed and graded by verify.py in the sandbox
 against golds computed there at load time; data_dir/tiny.jsonl when present, else generated once

@@ -30,11 +30,13 @@ What is here:
   lr, a fixed number of steps: deterministic given the seed and thread count; cached under
   cache_dir keyed by a hash of every setting, written atomically, with seeds.jsonl (a start-up
   archive from the same world, for --seed_archive).
-- the held-out benchmark (heldout_benchmark, `evaluate.py --benchmarks tiny`): 30 problems per task
-  type from a generator seed the warm start never used, none of whose programs appears anywhere in
-  its corpus or seed archive (40% of raw draws would: short programs repeat, so they are filtered
-  out); training pools in AZR's seed format drawn the same way and disjoint from it (pool_rows, for
-  bench/learning_check.py).
+- the held-out benchmark (heldout_benchmark, `evaluate.py --benchmarks tiny`): 200 problems per
+  task type from a generator seed the warm start never used, none of whose programs appears
+  anywhere in its corpus or seed archive (40% of raw draws would: short programs repeat, so they
+  are filtered out); training pools in AZR's seed format drawn the same way and disjoint from it
+  (pool_rows; stream_pool, a cached pool large enough to serve as a stream of fresh problems for
+  bench/learning_check.py); the statistics every held-out number is reported with (Wilson
+  intervals, paired differences with the sign test, unbiased pass@k).
 Measured on the default settings (step 0 of 4T+4S through train.py, temperature 1,
 `bench/tiny_world.py --probe`): teacher proposals 75% valid (code_i 81%, code_o 81%, code_f 62%),
 student solve rate 14% (code_i 6%, code_o 10%, code_f 26%): inside the issue's aim (>= 30% valid,
@@ -561,8 +563,10 @@ def write_seeds(path, world=WORLD, count=32):
 
 # ------------------------------------------------- held-out benchmark, training pools
 # Generator seeds apart from the warm start's (WORLD["seed"]) and the seed archive's (+1000).
-# evaluate.py --benchmarks tiny: 30 problems per task type
-HELDOUT = dict(seed=2000, per_task=30)
+# evaluate.py --benchmarks tiny: 200 problems per task type (600: a 5-point gain of one model over
+# another on them is significant at p < 0.01 when it is ~40 problems gained against ~10 lost; with
+# 90 problems one problem was 1.1 points and nothing short of +15 could show)
+HELDOUT = dict(seed=2000, per_task=200)
 # pool_rows' default: a training pool for bench/learning_check.py
 POOL_SEED = 3000
 FENCED_PROGRAM = re.compile(r"```python\n(.*?)\n```", re.S)
@@ -670,6 +674,96 @@ def heldout_benchmark(cache_dir="out/.tiny", world=None, heldout=None):
             json.dump(dict(world=world, heldout=heldout, version=VERSION), f, indent=1)
     folder = cached_folder(cache_dir, "tiny-heldout", [world, heldout, VERSION], build)
     return os.path.join(folder, "tiny.jsonl")
+
+
+def stream_pool(count, cache_dir="out/.tiny", world=None, seed=POOL_SEED):
+    """Path of a training pool file (pool_rows(count) of `world`), built once per settings under
+    cache_dir: a pool large enough that students topped up from it rarely meet a problem twice
+    is a stream of fresh problems from the held-out set's distribution (bench/learning_check.py)."""
+    world = world or WORLD
+
+    def build(folder):
+        write_jsonl(os.path.join(folder, "pool.jsonl"), pool_rows(count, world, seed))
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(dict(world=world, count=count, seed=seed, heldout=HELDOUT,
+                           version=VERSION), f, indent=1)
+    settings = [world, count, seed, HELDOUT, VERSION]
+    return os.path.join(cached_folder(cache_dir, "tiny-pool", settings, build), "pool.jsonl")
+
+
+# ------------------------------------------------- held-out statistics
+# Every held-out number the bench scripts write comes with one of these intervals (95 %).
+Z95 = 1.959964
+
+
+def wilson(successes, n, z=Z95):
+    """Wilson score interval of one rate (successes of n), as (low, high) fractions."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    scale = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / scale
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / scale
+    # exactly 0 and 1 at the ends (the formula gives them up to rounding)
+    low, high = centre - half, centre + half
+    if successes == 0:
+        low = 0.0
+    if successes == n:
+        high = 1.0
+    return low, high
+
+
+def sign_test(gained, lost):
+    """Exact two-sided sign test (McNemar's exact test) of `gained` vs `lost` changed items under
+    p = 1/2."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired(before, after, z=Z95):
+    """Two models' 0/1 verdicts on the same problems -> {"diff": after - before in points, "ci":
+    (low, high) in points (normal interval of the mean paired difference), "gained", "lost", "p"
+    (sign_test)}."""
+    n = len(before)
+    gained = sum(a == 0 and b == 1 for a, b in zip(before, after))
+    lost = sum(a == 1 and b == 0 for a, b in zip(before, after))
+    diff = (gained - lost) / n
+    # per problem the difference is +1, 0 or -1: its sample variance
+    variance = ((gained + lost) / n - diff * diff) * n / max(1, n - 1)
+    half = z * math.sqrt(variance / n)
+    return {"diff": round(100 * diff, 2), "ci": (round(100 * (diff - half), 2),
+                                                 round(100 * (diff + half), 2)),
+            "gained": gained, "lost": lost, "p": sign_test(gained, lost)}
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k of one problem from n samples of which c are correct (Chen et al. 2021):
+    1 - C(n - c, k) / C(n, k)."""
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def mean_interval(values, z=Z95):
+    """Mean of per-problem scores (pass@k estimates) with a normal 95 % interval over problems:
+    (mean, low, high)."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    half = z * math.sqrt(variance / len(values))
+    return mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+def rate_text(successes, n):
+    """"12.3 % [10.1, 14.9]": a pass rate in % with its Wilson interval."""
+    low, high = wilson(successes, n)
+    return f"{100 * successes / n:.1f} % [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def warm_base(cache_dir="out/.tiny", world=None, model_cfg=None, train=None, log=print):

@@ -77,15 +77,17 @@ def test_tokenizer_round_trips_and_compresses_the_prompts(pool):
 
 @pytest.mark.slow
 def test_heldout_benchmark_shares_no_program_with_the_warm_start(tmp_path):
-    """The default held-out benchmark (evaluate.py --benchmarks tiny): 30 problems per task type, none of
-    whose programs appears in a python fence anywhere in the warm start's corpus (rebuilt here from
-    build_pool + transcripts, searched as text) or in the seed archive; valid in the sandbox; cached; and
-    disjoint from a training pool."""
+    """The default held-out benchmark (evaluate.py --benchmarks tiny): HELDOUT["per_task"] (200) problems per task
+    type, none of whose programs appears in a python fence anywhere in the warm start's corpus (rebuilt here from
+    build_pool + transcripts, searched as text) or in the seed archive; valid in the sandbox; cached; and disjoint
+    from a training pool and from a stream pool."""
+    per_task = tinyworld.HELDOUT["per_task"]
+    assert per_task >= 200  # issue 23: >= 600 problems, so a 5-point gain can be significant
     path = tinyworld.heldout_benchmark(str(tmp_path))
     rows = [json.loads(line) for line in open(path)]
-    assert [r["task"] for r in rows].count("code_f") == 30 and len(rows) == 90
-    assert {r["task"] for r in rows} == set(verify.TASKS) and len({r["id"] for r in rows}) == 90
-    assert len({r["program"] for r in rows}) == 90
+    assert [r["task"] for r in rows].count("code_f") == per_task and len(rows) == 3 * per_task
+    assert {r["task"] for r in rows} == set(verify.TASKS) and len({r["id"] for r in rows}) == 3 * per_task
+    assert len({r["program"] for r in rows}) == 3 * per_task
     world = tinyworld.WORLD
     pool = tinyworld.build_pool(world["seed"], world["programs"], world["levels"], world["max_statements"],
                                 world["grow_prob"])
@@ -109,6 +111,10 @@ def test_heldout_benchmark_shares_no_program_with_the_warm_start(tmp_path):
     programs = {r["snippet"] for r in train_pool}
     assert len(train_pool) == 60 and len(programs) == 30 and not programs & {r["program"] for r in rows}
     assert all(f"```python\n{program}\n```" not in corpus for program in programs)
+    # the learning check's stream: the same rows, cached by its settings
+    stream = tinyworld.stream_pool(30, str(tmp_path))
+    assert [json.loads(line) for line in open(stream)] == train_pool
+    assert tinyworld.stream_pool(30, str(tmp_path)) == stream and tinyworld.stream_pool(31, str(tmp_path)) != stream
 
 
 def test_heldout_rows_are_deterministic():
@@ -176,3 +182,38 @@ def test_students_alone_on_tiny_warm_train_on_its_seeds(warm_dir, tmp_path, caps
         for m in ("s0", "s1"):
             assert all(row[f"student/{m}/solve_rate/{t}"] is not None for t in verify.TASKS)
         assert any(row[f"grad_norm/{m}"] > 0 for m in ("s0", "s1")), row
+
+
+def test_heldout_intervals():
+    # Wilson: inside [0, 1], around the rate, never degenerate at 0 or n successes; known value (Newcombe 1998:
+    # 81 of 263 -> 0.2553..0.3662)
+    low, high = tinyworld.wilson(81, 263)
+    assert abs(low - 0.2553) < 1e-3 and abs(high - 0.3662) < 1e-3
+    assert tinyworld.wilson(0, 600)[0] == 0.0 and 0.005 < tinyworld.wilson(0, 600)[1] < 0.01
+    assert 0.99 < tinyworld.wilson(600, 600)[0] < tinyworld.wilson(600, 600)[1] == 1.0
+    assert tinyworld.rate_text(40, 600) == "6.7 % [4.9, 9.0]"
+    # the sign test is exact: 0 vs 5 changed items -> 2 / 32
+    assert tinyworld.sign_test(0, 5) == tinyworld.sign_test(5, 0) == 2 / 32 and tinyworld.sign_test(3, 3) == 1.0
+    # paired: +30 net of 600 is 5 points; its interval holds the difference and shrinks as fewer problems change
+    before = [0] * 500 + [1] * 100
+    after = [1] * 40 + [0] * 460 + [1] * 90 + [0] * 10
+    result = tinyworld.paired(before, after)
+    assert (result["gained"], result["lost"], result["diff"]) == (40, 10, 5.0) and result["p"] < 1e-4
+    assert result["ci"][0] < 5.0 < result["ci"][1]
+    noisier = tinyworld.paired(before, [1] * 100 + [0] * 400 + [1] * 30 + [0] * 70)
+    assert noisier["diff"] == 5.0 and noisier["ci"][1] - noisier["ci"][0] > result["ci"][1] - result["ci"][0]
+    assert tinyworld.paired(before, before) == {"diff": 0.0, "ci": (0.0, 0.0), "gained": 0, "lost": 0, "p": 1.0}
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    # pass@1 = c / n; pass@n = 1 if any sample is right; and it equals the brute-force share of k-subsets with a hit
+    import itertools
+    assert tinyworld.pass_at_k(8, 3, 1) == 3 / 8 and tinyworld.pass_at_k(8, 1, 8) == 1.0
+    assert tinyworld.pass_at_k(8, 0, 8) == 0.0
+    samples = [1, 0, 0, 1, 0, 0, 0, 0, 0, 0]
+    subsets = list(itertools.combinations(samples, 4))
+    assert abs(tinyworld.pass_at_k(10, 2, 4) - sum(any(s) for s in subsets) / len(subsets)) < 1e-12
+    with pytest.raises(ValueError):
+        tinyworld.pass_at_k(4, 1, 8)
+    mean, low, high = tinyworld.mean_interval([0.0, 1.0] * 50)
+    assert mean == 0.5 and abs((high - low) / 2 - 1.959964 * 0.5 * (100 / 99) ** 0.5 / 10) < 1e-9
