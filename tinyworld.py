@@ -739,6 +739,24 @@ def paired(before, after, z=Z95):
             "gained": gained, "lost": lost, "p": sign_test(gained, lost)}
 
 
+def paired_scores(before, after, z=Z95):
+    """Per-problem scores in [0, 1] of two rows on the same problems (e.g. a population's mean over
+    its members) -> {"diff": mean after - before in points, "ci": its normal 95 % interval in
+    points, "p": two-sided normal p of the mean difference}."""
+    n = len(before)
+    diffs = [b - a for a, b in zip(before, after)]
+    mean = sum(diffs) / n
+    variance = sum((d - mean) ** 2 for d in diffs) / max(1, n - 1)
+    error = math.sqrt(variance / n)
+    p = 1.0
+    if error > 0:
+        p = math.erfc(abs(mean) / error / math.sqrt(2))
+    elif mean != 0:
+        p = 0.0
+    return {"diff": round(100 * mean, 2), "ci": (round(100 * (mean - z * error), 2),
+                                                 round(100 * (mean + z * error), 2)), "p": p}
+
+
 def pass_at_k(n, c, k):
     """Unbiased pass@k of one problem from n samples of which c are correct (Chen et al. 2021):
     1 - C(n - c, k) / C(n, k)."""

@@ -54,6 +54,8 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import heldout  # noqa: E402
 import tinyworld  # noqa: E402
 import train  # noqa: E402
 import verify  # noqa: E402
@@ -120,6 +122,19 @@ def complexity(rows):
     return out
 
 
+def outcome_shares(rows):
+    """Shares of rated matches (match/<t>/<s>/outcome: -1 teacher wins, 0 draw, 1 student wins)
+    over the given steps: {"matches", "teacher", "draw", "student"}."""
+    outcomes = [v for r in rows for k, v in r.items()
+                if k.startswith("match/") and k.endswith("/outcome") and v is not None]
+    count = len(outcomes)
+    if not count:
+        return {"matches": 0, "teacher": None, "draw": None, "student": None}
+    return {"matches": count, "teacher": round(outcomes.count(-1) / count, 4),
+            "draw": round(outcomes.count(0) / count, 4),
+            "student": round(outcomes.count(1) / count, 4)}
+
+
 def summary(rows, wall):
     members = sorted({k.split("/")[1] for k in rows[-1] if k.startswith("rating/")})
     solve = [rates(r, members)["solve"] for r in rows]
@@ -137,32 +152,58 @@ def summary(rows, wall):
             "coverage_curve": [r["archive/coverage"] for r in rows],
             "archive": {t: rows[-1][f"archive/size/{t}"] for t in verify.TASKS},
             "mu": {m: round(rows[-1][f"rating/{m}/mu"], 2) for m in members},
+            "outcomes": outcome_shares(rows), "outcomes_last_fifth": outcome_shares(
+                rows[len(rows) - max(1, len(rows) // 5):]),
             "wall_s": round(wall, 1),
             "s_per_step": round(statistics.median(r["time/step"] for r in rows), 2)}
 
 
-def evaluate_heldout(population_dir, baseline_dir, out_dir, args):
+def evaluate_heldout(population_dir, baseline_dir, out_dir, args, data_dir):
     """evaluate.py --benchmarks tiny at every checkpoint step both runs saved -> [{"step", ...}]."""
     steps = sorted(set(n for n in os.listdir(population_dir) if n.startswith("step_"))
                    & set(n for n in os.listdir(baseline_dir) if n.startswith("step_")))
-    return [heldout_point(population_dir, baseline_dir, name, out_dir, args) for name in steps]
+    return [heldout_point(population_dir, baseline_dir, name, out_dir, args, data_dir)
+            for name in steps]
 
 
-def heldout_point(population_dir, baseline_dir, name, out_dir, args):
-    """evaluate.py --benchmarks tiny on checkpoint `name` (step_NNNNNN) of both runs -> {"step",
-    and one pass@1 per ROWS key (None for a row the table lacks)}."""
+def heldout_point(population_dir, baseline_dir, name, out_dir, args, data_dir):
+    """evaluate.py --benchmarks tiny (data_dir/tiny.jsonl) on checkpoint `name` (step_NNNNNN) of
+    both runs -> {"step", one pass@1 per ROWS key (None for a row the table lacks), "ci": {key:
+    95 % interval}, "vs_baseline": {key: paired difference to the baseline}, "shares": per problem
+    the share of members that solve it}. Intervals: Wilson
+    for one member's rate, a normal interval over problems for the population mean (per problem,
+    the share of members that solve it); differences: tinyworld.paired (exact sign test) for one
+    member, tinyworld.paired_scores for the mean."""
     target = os.path.join(out_dir, name)
     command = [sys.executable, "evaluate.py", "--ckpt", os.path.join(population_dir, name),
                "--baseline_ckpt", os.path.join(baseline_dir, name), "--benchmarks", "tiny",
-               "--engine", args.engine, "--model_cache", args.cache, "--out", target]
+               "--engine", args.engine, "--model_cache", args.cache, "--out", target,
+               "--data_dir", data_dir]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     with open(os.path.join(target, "eval.json")) as f:
-        table = json.load(f)["table"]
-    point = {"step": int(name.split("_")[1])}
+        result = json.load(f)
+    table, items = result["table"], result["items"]["tiny"]
+    members = [m for m in result["roles"] if m in items]
+    # per problem: the share of the population's members that solve it
+    shares = [sum(items[m][i] for m in members) / len(members) for i in range(len(items["base"]))]
+    point = {"step": int(name.split("_")[1]), "ci": {}, "vs_baseline": {},
+             "shares": [round(x, 4) for x in shares]}
     for key, label in ROWS.items():
         point[key] = table[label]["tiny"] if label in table else None
+        if point[key] is None:
+            continue
+        if key == "mean":
+            _, low, high = tinyworld.mean_interval(shares)
+            point["ci"][key] = [round(100 * low, 2), round(100 * high, 2)]
+            point["vs_baseline"][key] = tinyworld.paired_scores(items["baseline"], shares)
+            continue
+        scores = items[table[label]["row"]]
+        low, high = tinyworld.wilson(sum(scores), len(scores))
+        point["ci"][key] = [round(100 * low, 2), round(100 * high, 2)]
+        if key != "baseline":
+            point["vs_baseline"][key] = tinyworld.paired(items["baseline"], scores)
     return point
 
 
@@ -261,12 +302,47 @@ def write_report(path, result):
     for c in result["claims"]:
         numbers = f"{c['mean']} ({c['stderr']})"
         lines.append(f"| {c['claim']} | {c['verdict']} | {numbers} | {c['per_seed']} |")
-    lines += ["", "## Held-out pass@1 (%)", "", "| seed | step | " + " | ".join(ROWS) + " |",
-              "|---" * (len(ROWS) + 2) + "|"]
+    lines += ["", "## Held-out pass@1 (%)", "",
+              f"Greedy, {result['heldout']}/tiny.jsonl; [95 % interval]: Wilson for one member, "
+              "a normal interval over problems for the population mean (per problem, the share "
+              "of its 8 members that solve it).", "",
+              "| seed | step | " + " | ".join(ROWS) + " |", "|---" * (len(ROWS) + 2) + "|"]
     for seed, s in result["seeds"].items():
         for p in s["heldout"]:
-            cells = " | ".join("-" if p[k] is None else f"{p[k]:.1f}" for k in ROWS)
-            lines.append(f"| {seed} | {p['step']} | {cells} |")
+            cells = []
+            for k in ROWS:
+                if p[k] is None:
+                    cells.append("-")
+                else:
+                    low, high = p["ci"][k]
+                    cells.append(f"{p[k]:.1f} [{low:.1f}, {high:.1f}]")
+            lines.append(f"| {seed} | {p['step']} | {' | '.join(cells)} |")
+    lines += ["", "Against the baseline at the last checkpoint (points, paired on the same "
+              "problems, [95 %], p: exact sign test for one member, normal for the mean):", "",
+              "| seed | " + " | ".join(k for k in ROWS if k not in ("base", "baseline")) + " |",
+              "|---" * (len(ROWS) - 1) + "|"]
+    for seed, s in result["seeds"].items():
+        last = s["heldout"][-1]["vs_baseline"]
+        cells = []
+        for k in ROWS:
+            if k in ("base", "baseline"):
+                continue
+            d = last.get(k)
+            if d is None:
+                cells.append("-")
+            else:
+                cells.append(f"{d['diff']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}] "
+                             f"p {d['p']:.2g}")
+        lines.append(f"| {seed} | {' | '.join(cells)} |")
+    lines += ["", "## TrueSkill matches: who wins", "",
+              "Shares of rated matches (teacher wins / draw / student wins) in the population "
+              f"run, draw margin {result.get('draw_margin')}: all steps, and the last fifth.", "",
+              "| seed | matches | teacher | draw | student | last fifth: teacher | draw | student |",
+              "|---" * 8 + "|"]
+    for seed, s in result["seeds"].items():
+        a, b = s["population"]["outcomes"], s["population"]["outcomes_last_fifth"]
+        lines.append(f"| {seed} | {a['matches']} | {a['teacher']} | {a['draw']} | "
+                     f"{a['student']} | {b['teacher']} | {b['draw']} | {b['student']} |")
     lines += ["", "![held-out pass@1](heldout.png)", "",
               "Dynamics per seed: `seed_<s>/population/report/report.md` (the baseline dashed).",
               ""]
@@ -284,18 +360,23 @@ def main():
     parser.add_argument("--engine", default="hf", choices=("hf", "vllm"))
     parser.add_argument("--probe", action="store_true", help="step 0 of the population only")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling (design §4: 1.0)")
+    parser.add_argument("--train_overrides", default="{}",
+                        help="JSON of train.py keys over world_cfg's, e.g. '{\"draw_margin\": 0.2}'")
+    heldout.add_world_flags(parser)
     args = parser.parse_args()
     start = time.time()
     with contextlib.redirect_stdout(sys.stderr):
-        model = tinyworld.warm_base(args.cache)
-    result = {"warm_base": model, "warm_build_s": round(time.time() - start, 1), "seeds": {}}
+        model, data_dir = heldout.world_base(args)
+    overrides = json.loads(args.train_overrides)
+    result = {"warm_base": model, "heldout": data_dir, "train_overrides": overrides,
+              "warm_build_s": round(time.time() - start, 1), "seeds": {}}
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.probe:
         out = os.path.join(args.out, "population_probe")
         if os.path.exists(os.path.join(out, "metrics.jsonl")):
             os.remove(os.path.join(out, "metrics.jsonl"))  # a fresh run, not a resume
         cfg = world_cfg(model, out, steps=1, engine=args.engine, temperature=args.temperature,
-                        teachers=4, students=4, seed=seeds[0])
+                        teachers=4, students=4, seed=seeds[0], **overrides)
         rows, wall = run(cfg)
         result["population"] = summary(rows, wall)
         print(json.dumps(result))
@@ -309,12 +390,13 @@ def main():
             if os.path.exists(os.path.join(out, "metrics.jsonl")):
                 os.remove(os.path.join(out, "metrics.jsonl"))  # a fresh run, not a resume
             cfg = world_cfg(model, out, steps=args.steps, engine=args.engine, seed=seed,
-                            temperature=args.temperature, save_every=args.save_every, **roles)
+                            temperature=args.temperature, save_every=args.save_every,
+                            **roles, **overrides)
             rows, wall = run(cfg)
             per_seed[name] = summary(rows, wall)
         per_seed["heldout"] = evaluate_heldout(os.path.join(folder, "population"),
                                                os.path.join(folder, "baseline"),
-                                               os.path.join(folder, "heldout"), args)
+                                               os.path.join(folder, "heldout"), args, data_dir)
         command = [sys.executable, os.path.join(ROOT, "evaluate.py"), "report",
                    os.path.join(folder, "population"), os.path.join(folder, "baseline")]
         report = subprocess.run(command, capture_output=True, text=True)
@@ -322,6 +404,7 @@ def main():
         per_seed["report"] = {"rc": report.returncode, "tail": tail}
         result["seeds"][seed] = per_seed
     result["claims"] = claims(result["seeds"])
+    result["draw_margin"] = world_cfg(model, "", **overrides)["draw_margin"]
     result["command"] = " ".join(["python", "bench/tiny_world.py"] + sys.argv[1:])
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     result["git_commit"] = commit.stdout.strip()

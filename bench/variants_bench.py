@@ -35,6 +35,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import heldout  # noqa: E402
 import learning_check  # noqa: E402
 import tinyworld  # noqa: E402
 import tiny_world  # noqa: E402
@@ -52,7 +53,8 @@ def probe_file(args, reference_ckpt, folder):
     if os.path.exists(path):
         return path
     # 120 programs outside the held-out set, as benchmark rows (task types in turn)
-    candidates = learning_check.pool_split(tinyworld.pool_rows(120, seed=PROBE_SEED), 120)
+    world = heldout.world_of(args)[0]
+    candidates = learning_check.pool_split(tinyworld.pool_rows(120, world, PROBE_SEED), 120)
     data_dir = os.path.join(folder, "probe_candidates")
     os.makedirs(data_dir, exist_ok=True)
     tinyworld.write_jsonl(os.path.join(data_dir, "tiny.jsonl"), candidates)
@@ -79,13 +81,14 @@ def probe_file(args, reference_ckpt, folder):
 
 def worker(args):
     """One (variant, seed) population run, in its own process (two run side by side)."""
-    model = tinyworld.warm_base(args.cache)
+    model = heldout.world_base(args)[0]
     out = os.path.join(args.out, f"seed_{args.seed}", args.variant)
     if os.path.exists(os.path.join(out, "metrics.jsonl")):
         os.remove(os.path.join(out, "metrics.jsonl"))  # a fresh run, not a resume
     options = dict(VARIANTS[args.variant])
     if args.variant == "soar":
         options["soar_probe"] = args.probe
+    options.update(json.loads(args.train_overrides))
     cfg = tiny_world.world_cfg(model, out, steps=args.steps, seed=args.seed, save_every=20,
                                teachers=4, students=4, **options)
     tiny_world.run(cfg)
@@ -131,8 +134,10 @@ def main():
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--skip_runs", action="store_true", help="only measure finished runs")
     parser.add_argument("--out", default=os.path.join(ROOT, "out", "variants"))
-    parser.add_argument("--cache", default=os.path.join(ROOT, "out", ".tiny"))
     parser.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="for evaluate.py")
+    parser.add_argument("--train_overrides", default="{}",
+                        help="JSON of train.py keys over tiny_world.world_cfg's (as the reference's)")
+    heldout.add_world_flags(parser)
     # worker mode (one run per process)
     parser.add_argument("--variant", default="")
     parser.add_argument("--seed", type=int, default=0)
@@ -141,6 +146,7 @@ def main():
     if args.variant:
         return worker(args)
     start = time.time()
+    data_dir = heldout.world_base(args)[1]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     os.makedirs(args.out, exist_ok=True)
@@ -162,7 +168,9 @@ def main():
             log = open(os.path.join(args.out, f"{variant}_{seed}.log"), "w")
             command = [sys.executable, os.path.abspath(__file__), "--variant", variant, "--seed",
                        str(seed), "--steps", str(args.steps), "--out", args.out, "--cache",
-                       args.cache, "--probe", probe]
+                       args.cache, "--probe", probe, "--world", args.world, "--model_cfg",
+                       args.model_cfg, "--warm_train", args.warm_train, "--train_overrides",
+                       args.train_overrides]
             running.append((variant, seed, subprocess.Popen(command, cwd=ROOT, stdout=log,
                                                             stderr=subprocess.STDOUT)))
         time.sleep(5)
@@ -180,13 +188,18 @@ def main():
         base_dir = os.path.join(reference[seed], "baseline")
         ref = measures(read_rows(ref_dir), args.steps - 1)
         ref["heldout"] = tiny_world.heldout_point(
-            ref_dir, base_dir, ckpt, os.path.join(args.out, f"seed_{seed}", "heldout_ref"), args)
+            ref_dir, base_dir, ckpt, os.path.join(args.out, f"seed_{seed}", "heldout_ref"), args,
+            data_dir)
         result["seeds"][seed] = {"populora": ref}
         for variant in variants:
             run_dir = os.path.join(args.out, f"seed_{seed}", variant)
             mine = measures(read_rows(run_dir), args.steps - 1)
             heldout_dir = os.path.join(args.out, f"seed_{seed}", f"heldout_{variant}")
-            mine["heldout"] = tiny_world.heldout_point(run_dir, base_dir, ckpt, heldout_dir, args)
+            mine["heldout"] = tiny_world.heldout_point(run_dir, base_dir, ckpt, heldout_dir, args,
+                                                       data_dir)
+            # the same problems, so the option's population mean pairs with PopuLoRA's
+            mine["heldout_vs_populora"] = tinyworld.paired_scores(ref["heldout"]["shares"],
+                                                                  mine["heldout"]["shares"])
             if variant == "soar":
                 mine["probe_pass_rate"] = probe_pass_rate(run_dir, args.steps)
                 mine["probe_s_per_step"] = statistics.median(
@@ -236,15 +249,26 @@ def write_report(path, result, variants, seeds):
                          f"{v['per_seed']} |")
         lines.append("")
     lines += ["## Absolute numbers per seed", "",
-              "| seed | run | held-out mean | weakest | coverage | cyclomatic change | solve | "
-              "zero-var groups | zero-var top-ups | s/step | probe pass rate |",
-              "|---" * 11 + "|"]
+              "Held-out greedy pass@1 (%) with [95 % interval] (population mean: normal over "
+              "problems; weakest member: Wilson); vs PopuLoRA: the option's population mean minus "
+              "PopuLoRA's on the same problems, paired, [95 %], normal p.", "",
+              "| seed | run | held-out mean | vs PopuLoRA | weakest | coverage | cyclomatic change | "
+              "solve | zero-var groups | zero-var top-ups | s/step | probe pass rate |",
+              "|---" * 12 + "|"]
     for seed in seeds:
         for run, m in result["seeds"][seed].items():
             def cell(x):
                 return "-" if x is None else f"{x:.4g}"
-            lines.append(f"| {seed} | {run} | {cell(m['heldout']['mean'])} | "
-                         f"{cell(m['heldout']['weakest'])} | {cell(m['coverage'])} | "
+
+            def held(key):
+                low, high = m["heldout"]["ci"][key]
+                return f"{m['heldout'][key]:.1f} [{low:.1f}, {high:.1f}]"
+            versus = "-"
+            if "heldout_vs_populora" in m:
+                d = m["heldout_vs_populora"]
+                versus = f"{d['diff']:+.1f} [{d['ci'][0]:+.1f}, {d['ci'][1]:+.1f}] p {d['p']:.2g}"
+            lines.append(f"| {seed} | {run} | {held('mean')} | {versus} | "
+                         f"{held('weakest')} | {cell(m['coverage'])} | "
                          f"{cell(m['cyclomatic_change'])} | {cell(m['solve'])} | "
                          f"{cell(m['groups_zero_variance'])} | {cell(m['topup_zero_variance'])} | "
                          f"{cell(m['s_per_step'])} | {cell(m.get('probe_pass_rate'))} |")

@@ -203,6 +203,10 @@ def test_heldout_intervals():
     noisier = tinyworld.paired(before, [1] * 100 + [0] * 400 + [1] * 30 + [0] * 70)
     assert noisier["diff"] == 5.0 and noisier["ci"][1] - noisier["ci"][0] > result["ci"][1] - result["ci"][0]
     assert tinyworld.paired(before, before) == {"diff": 0.0, "ci": (0.0, 0.0), "gained": 0, "lost": 0, "p": 1.0}
+    # real-valued scores (a population's mean over members): on 0/1 scores the same difference and interval as paired
+    scores = tinyworld.paired_scores(before, after)
+    assert scores["diff"] == 5.0 and scores["ci"] == result["ci"] and 0 < scores["p"] < 1e-3
+    assert tinyworld.paired_scores([0.5] * 10, [0.5] * 10) == {"diff": 0.0, "ci": (0.0, 0.0), "p": 1.0}
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
