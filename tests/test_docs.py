@@ -111,14 +111,15 @@ def citations(text):
 
 
 def doc_citations(text, own):
-    """Citations inside docs/<own>.md: "evolve.md §4.1" names a doc, a bare §n is the same doc."""
+    """Citations inside docs/<own>.md: "evolve.md §4.1" (or "design §4") names a doc, a bare §n is
+    the same doc."""
     out = []
     for chain in CHAIN.finditer(text):
         before = text[max(0, chain.start() - 40):chain.start()]
-        named = re.search(r"\b([a-z_]+)\.md\s*$", before)
+        named = re.search(r"\b(?:([a-z_]+)\.md|(design))\s*$", before)
         doc = own
         if named:
-            doc = named.group(1)
+            doc = named.group(1) or named.group(2)
         line = text.count("\n", 0, chain.start()) + 1
         for number in re.findall(NUMBER, chain.group(0)):
             out.append((line, doc, number, None))
@@ -187,8 +188,9 @@ def test_parser_reads_headings_items_appendices_and_citations(tmp_path):
     assert got == [("design", "4.6"), ("design", "4"), ("design", "7"), ("evolve", "6.1"),
                    ("evolve", "appendix B"), ("design", "3")]
     assert citations(code)[-1][3] == "verdicts are decided outside the process"
-    assert doc_citations("see §4.1 and evolve.md §6, §6.4", "design") == [
-        (1, "design", "4.1", None), (1, "evolve", "6", None), (1, "evolve", "6.4", None)]
+    assert doc_citations("see §4.1 and evolve.md §6, §6.4; design §2", "azr") == [
+        (1, "azr", "4.1", None), (1, "evolve", "6", None), (1, "evolve", "6.4", None),
+        (1, "design", "2", None)]
     dup = tmp_path / "dup.md"
     dup.write_text("## 4. A\n1. x\n### 4.1 B\n")
     with pytest.raises(ValueError, match="4.1 appears twice"):
