@@ -57,6 +57,7 @@ import json
 import marshal
 import mmap
 import os
+import re
 import resource
 import select
 import signal
@@ -254,93 +255,164 @@ _out = None
 # seccomp programs kept alive (_seccomp_load); the folders hidden and the private tmpfs folders
 # made (_mount_setup); those folders' times at the last clean (_clean)
 _bpf, _hidden, _scratch, _scratch_times = [], [], [], []
+# kept folders (the interpreter's) put back inside a scratch folder, and the folder the children's
+# cwds are made in: the clean-up spares them
+_kept, _jobs = [], ""
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
 _MS_PRIVATE = 1 << 18
 
 
-def _mount_setup(repo, home):
-    """Private mount namespace: empty tmpfs over the world-writable dirs, tmpfs over private homes
-    and the repo's folder, with the interpreter's own folders (which may live under /root) bound
-    back in. Returns the list of hidden dirs, or None when the namespace could not be made."""
+# folders every child gets a fresh, private, writable tmpfs on (emptied after each job)
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# the shared libraries a child may load (extension modules), kept readable wherever a cover falls
+LIBRARIES = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib")
+
+
+def _mount_setup(repo, homes):
+    """Private mount namespace: every filesystem read-only; a fresh writable tmpfs on each SCRATCH
+    folder; an empty read-only tmpfs over /root, /home, the homes and the checkout with its folder;
+    the interpreter's folders and the shared libraries put back where they were, wherever that is
+    (under /root, a home, the checkout, /tmp ...). Nothing here depends on where the checkout or the
+    interpreter lives: the folders to keep are set aside (bound into a staging tmpfs) before anything
+    covers them and moved back after. -> the hidden folders; raises OSError naming the step that
+    failed."""
     mount = _libc.mount
     # CLONE_NEWNS; private first, so nothing propagates to the host
-    if _libc.unshare(0x00020000) != 0:
-        return None
-    if mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        return None
-    # every filesystem read-only in here (per-mount flag, ours only)
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4].encode().decode("unicode_escape")
-        options = line.split()[5].split(",")
-        if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
-            # a remount must keep these flags of the mount, or it is refused
-            kept = 0
-            for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)):
-                if name in options:
-                    kept |= bit
-            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept
-            if mount(None, point.encode(), None, flags, None) != 0:
-                return None
-    for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+    _check(_libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
+    _check(mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "making / private")
+    _read_only_everywhere()
+    scratch = []
+    for d in SCRATCH:
         if os.path.isdir(d) and not os.path.islink(d):
-            options = b"size=256m,nr_inodes=16384,mode=1777"
-            if mount(b"tmpfs", d.encode(), b"tmpfs", 0, options) == 0:
-                _scratch.append(d)
-    keep = _interpreter_folders(repo)
-    hidden = []
-    for d in ("/root", "/home", home, os.path.dirname(repo), repo):
-        if not d:
+            scratch.append(d)
+    keep = _outermost(_interpreter_folders(repo) + [p for p in LIBRARIES if os.path.isdir(p)])
+    hide = []
+    for d in ("/root", "/home", *homes, os.path.dirname(repo), repo):
+        if not d or not os.path.isdir(d):
             continue
         d = os.path.realpath(d)
-        if d == "/" or not os.path.isdir(d):
+        # the root, kernel filesystems, or a folder inside the interpreter's (which stay readable)
+        if d == "/" or _inside(d, ("/proc", "/sys", "/dev")) or _inside(d, keep):
             continue
-        if any(d == h or d.startswith(h + "/") for h in hidden):
+        hide.append(d)
+    # what a fresh scratch tmpfs hides needs no cover of its own
+    hidden = _outermost(hide)
+    hide = []
+    for d in hidden:
+        if not _inside(d, scratch):
+            hide.append(d)
+    covered = []
+    for k in keep:
+        if _inside(k, hide + scratch):
+            covered.append(k)
+    staging, stashed = _stage(covered, hide + scratch)
+    # outermost first: a scratch folder or a kept one may lie inside a cover
+    for d in sorted(hide, key=len):
+        tmpfs = mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=64k,nr_inodes=1024,mode=0711")
+        _check(tmpfs, f"covering {d}")
+    fresh = b"size=256m,nr_inodes=16384,mode=1777"
+    for d in scratch:
+        if d == staging:
             continue
-        # d is inside the interpreter's folders
-        if any(d == k or d.startswith(k + "/") for k in keep):
-            continue
-        if _cover(d, keep, len(hidden)):
-            hidden.append(d)
+        os.makedirs(d, mode=0o711, exist_ok=True)
+        _check(mount(b"tmpfs", d.encode(), b"tmpfs", 0, fresh), f"a tmpfs on {d}")
+        _scratch.append(d)
+    for k, stash in stashed:
+        os.makedirs(k, mode=0o711, exist_ok=True)
+        _check(mount(stash.encode(), k.encode(), None, _MS_MOVE, None), f"putting back {k}")
+        if _inside(k, scratch):
+            _kept.append(k)
+    # the staging tmpfs goes (MNT_DETACH); its folder gets its scratch tmpfs like the others
+    if staging:
+        _check(_libc.umount2(staging.encode(), 2), f"unmounting the staging tmpfs {staging}")
+        _check(mount(b"tmpfs", staging.encode(), b"tmpfs", 0, fresh), f"a tmpfs on {staging}")
+        _scratch.append(staging)
+    for d in hide:
+        flags = _MS_REMOUNT | _MS_RDONLY
+        _check(mount(None, d.encode(), None, flags, None), f"making the cover of {d} read-only")
     return hidden
 
 
+def _check(result, step):
+    """A libc call's result -> nothing, or OSError naming the step and errno."""
+    if result != 0:
+        raise OSError(f"{step} refused ({os.strerror(ctypes.get_errno())})")
+
+
+def _read_only_everywhere():
+    """Remount every mount but the kernel's (/proc, /sys, /dev) read-only, a per-mount flag of
+    our namespace only."""
+    with open("/proc/self/mountinfo", "rb") as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        # mountinfo escapes space, tab, newline and backslash as \ooo; the rest is raw bytes
+        point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+        options = fields[5].split(b",")
+        if b"ro" in options or point.startswith((b"/proc", b"/sys", b"/dev")):
+            continue
+        # a remount must keep these flags of the mount, or it is refused
+        kept = 0
+        for name, bit in ((b"nosuid", 2), (b"nodev", 4), (b"noexec", 8)):
+            if name in options:
+                kept |= bit
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept
+        _check(_libc.mount(None, point, None, flags, None), f"a read-only remount of {point}")
+
+
+def _stage(keep, covered):
+    """Bind each folder of `keep` (those a cover will hide) into a staging tmpfs, before any cover
+    goes on. The staging tmpfs goes on the first SCRATCH folder that is neither inside another
+    folder about to be covered nor holds a kept one (it gets its own scratch tmpfs afterwards). ->
+    (staging folder or None when nothing needs keeping, [(kept folder, its stash)])."""
+    if not keep:
+        return None, []
+    staging = None
+    for d in SCRATCH:
+        if not os.path.isdir(d) or os.path.islink(d):
+            continue
+        inside_cover = any(_inside(d, [c]) and c != d for c in covered)
+        if not inside_cover and not any(_inside(k, [d]) for k in keep):
+            staging = d
+            break
+    if staging is None:
+        raise OSError("no folder to stage the interpreter's folders in")
+    _check(_libc.mount(b"tmpfs", staging.encode(), b"tmpfs", 0, b"size=64k,mode=0700"),
+           f"a staging tmpfs on {staging}")
+    stashed = []
+    for n, k in enumerate(keep):
+        stash = f"{staging}/{n}"
+        os.mkdir(stash)
+        _check(_libc.mount(k.encode(), stash.encode(), None, _MS_BIND | _MS_REC, None),
+               f"setting aside {k}")
+        stashed.append((k, stash))
+    return staging, stashed
+
+
+def _inside(path, folders):
+    """Is `path` one of `folders` or beneath one?"""
+    for folder in folders:
+        if path == folder or path.startswith(folder.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _outermost(folders):
+    """The folders that are inside no other of them, sorted, without repeats."""
+    out = []
+    for folder in sorted(set(folders)):
+        if not _inside(folder, out):
+            out.append(folder)
+    return out
+
+
 def _interpreter_folders(repo):
-    """The interpreter's folders (prefixes, sys.path), real paths, outermost only, never the
-    repo."""
-    folders = set()
+    """The interpreter's folders (prefixes, sys.path), real paths, never the checkout itself."""
+    folders = []
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
         if p and os.path.isdir(p) and os.path.realpath(p) != repo:
-            folders.add(os.path.realpath(p))
-    outermost = []
-    for folder in folders:
-        if not any(folder.startswith(other + "/") for other in folders):
-            outermost.append(folder)
-    return sorted(outermost)
-
-
-def _cover(folder, keep, number):
-    """Mount an empty tmpfs over `folder` (read-only, mode 000), or where interpreter folders
-    (`keep`) are inside it, a small one with them bound aside first and moved back in. `number`
-    names the stash folders. -> whether it is covered."""
-    mount = _libc.mount
-    inner = [k for k in keep if k.startswith(folder + "/")]
-    stash = []
-    for j, k in enumerate(inner):
-        s = f"/tmp/.keep{number}-{j}"
-        os.mkdir(s)
-        if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
-            stash.append((k, s))
-    if inner:
-        flags, options = 0, b"size=64k,nr_inodes=256,mode=0711"
-    else:
-        flags, options = _MS_RDONLY, b"size=4k,nr_inodes=2,mode=000"
-    if mount(b"tmpfs", folder.encode(), b"tmpfs", flags, options) != 0:
-        return False
-    for k, s in stash:
-        os.makedirs(k, mode=0o711, exist_ok=True)
-        mount(s.encode(), k.encode(), None, _MS_MOVE, None)
-        os.rmdir(s)
-    return True
+            folders.append(os.path.realpath(p))
+    return folders
 
 
 def _uid_works(uid):
@@ -358,7 +430,7 @@ def _uid_works(uid):
     return os.waitpid(pid, 0)[1] == 0
 
 
-def _namespaces(repo, home):
+def _namespaces(repo, homes):
     """Layer 5: network and mount namespaces -> {layer: [active, why]}. As root (CAP_SYS_ADMIN):
     both directly. Otherwise a user namespace first, mapping only our own uid (so children stay that
     uid; a root without CAP_SYS_ADMIN skips it: in there its children would own every root-owned
@@ -383,17 +455,16 @@ def _namespaces(repo, home):
             why = f"no user namespace ({error}; kernel.unprivileged_userns_clone?)"
             out = {k: [False, why] for k in out}
             return out
-    hidden = _mount_setup(repo, home)
     via = ""
     if in_user_ns:
         via = " in a user namespace"
-    if hidden is None:
-        error = os.strerror(ctypes.get_errno())
-        out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({error}{via})"
-    else:
+    try:
+        hidden = _mount_setup(repo, homes)
         what = f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"
         out["mount_namespace"] = [True, what]
         _hidden.extend(hidden)
+    except OSError as e:
+        out["mount_namespace"][1] = f"{e}{via}"
     # CLONE_NEWNET
     if _libc.unshare(0x40000000) == 0:
         out["network_namespace"] = [True, f"no interface up, not even loopback{via}"]
@@ -527,7 +598,7 @@ SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_op
                    "pidfd_send_signal pidfd_getfd fork vfork clone")
 
 
-def _zygote_main(number, home, uid_base, programs):
+def _zygote_main(number, homes, uid_base, programs):
     """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
     layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
     job until EOF. `programs`: seccomp_programs() of the parent."""
@@ -536,14 +607,14 @@ def _zygote_main(number, home, uid_base, programs):
     # set by the parent so children never resolve symbols (GOT writes); not for user code to see
     os.environ.pop("LD_BIND_NOW", None)
     _load_libc()
-    repo = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.realpath(__file__))
     # before the mount namespace can hide the folder it is in
     try:
         import landlock
         import landlock.plumbing
     except ImportError as e:
         landlock = e
-    layers = _namespaces(repo, home)
+    layers = _namespaces(repo, homes)
     uid = _uid_drop(layers, uid_base + number % 100_000)
     # inherited by every child
     for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
@@ -618,8 +689,10 @@ def _uid_drop(layers, uid):
 def _jobs_folder(layers):
     """The folder the children's cwds are made in: /tmp/jobs with the mount namespace (a private
     tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
-    base = "/tmp"
-    if not layers["mount_namespace"][0]:
+    global _jobs
+    if _scratch:
+        base = _scratch[0]
+    else:
         import tempfile
         base = tempfile.mkdtemp(prefix="populora-sandbox-")
     # like /tmp (which it is, with the mount namespace)
@@ -627,6 +700,7 @@ def _jobs_folder(layers):
     # the zygote's: children reach their own cwd in here, make no name
     jobs = base + "/jobs"
     os.mkdir(jobs, 0o711)
+    _jobs = jobs
     # tempfile in a child: its own cwd
     os.environ["TMPDIR"] = "."
     os.umask(0)
@@ -825,28 +899,55 @@ def _no_result(status, size):
 
 def _clean(workdir, forked_ns):
     """Remove the job's cwd and, with the mount namespace, everything a child left in the private
-    tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. A folder
-    whose times did not change since the last clean, which was over 20 ms before the child was
-    forked (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one stat
-    instead of a listing (seccomp denies utime). False when the clean-up fails (a zygote that cannot
-    clean up is replaced)."""
+    tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones, but for the
+    jobs folder and the interpreter's folders where they were put back in one. A folder whose times
+    did not change since the last clean, which was over 20 ms before the child was forked
+    (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one stat
+    instead of a listing (seccomp denies utime; not where kept folders lie beneath). False when the
+    clean-up fails (a zygote that cannot clean up is replaced)."""
     try:
         _rmtree(workdir)
         for n, folder in enumerate(_scratch):
             seen = os.stat(folder)
             times = (seen.st_mtime_ns, seen.st_ctime_ns)
-            if times == _scratch_times[n] and max(times) < forked_ns - 20_000_000:
+            quiet = times == _scratch_times[n] and max(times) < forked_ns - 20_000_000
+            if quiet and not _inside_any(_kept, folder):
                 continue
-            for entry in os.scandir(folder):
-                if entry.path != folder + "/jobs":
-                    _rmtree(entry.path)
-            if len(os.listdir(folder)) > (folder == "/tmp"):
+            if not _empty(folder):
                 return False
             seen = os.stat(folder)
             _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
         return True
     except (OSError, RecursionError):
         return False
+
+
+def _inside_any(paths, folder):
+    """Does any of `paths` lie beneath `folder`?"""
+    for path in paths:
+        if path.startswith(folder + "/"):
+            return True
+    return False
+
+
+def _empty(folder):
+    """Remove everything in `folder` but the jobs folder and the kept folders (mount points: the
+    interpreter's, put back) with the folders on the way to them, which are emptied the same way.
+    -> whether only those are left."""
+    spare = set(_kept)
+    spare.add(_jobs)
+    for entry in os.scandir(folder):
+        if entry.path in spare:
+            continue
+        if _inside_any(spare, entry.path) and entry.is_dir(follow_symlinks=False):
+            if not _empty(entry.path):
+                return False
+            continue
+        _rmtree(entry.path)
+    for entry in os.scandir(folder):
+        if entry.path not in spare and not _inside_any(spare, entry.path):
+            return False
+    return True
 
 
 def _write_all(fd, data):
@@ -890,8 +991,7 @@ _pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": _thread.
 
 def _start(family):
     """Launch one zygote with a fresh scrubbed environment and its own hash seed."""
-    # parent only: zygotes never load them (see _GuardHook)
-    import site
+    # parent only: zygotes never load it (see _GuardHook)
     import subprocess
     # 0 would turn hash randomisation off
     seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
@@ -900,11 +1000,41 @@ def _start(family):
            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
     argv = [sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
-            str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
-            json.dumps(seccomp_programs()), *site.getsitepackages()]
+            str(_pool["count"]), json.dumps(_homes()), str(_pool["uid_base"]),
+            json.dumps(seccomp_programs()), *_site_folders()]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
     return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
+
+
+def _homes():
+    """The folders a child must not see as this user's home: $HOME (if set) and the home the
+    password database gives (HOME may be unset or point elsewhere)."""
+    import pwd
+    homes = [os.environ.get("HOME", "")]
+    try:
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    return homes
+
+
+def _site_folders():
+    """Where a zygote finds third-party packages (it runs with -S: no site code, no .pth files):
+    site-packages, the user site (`pip install --user`) and wherever the landlock binding was
+    found (PYTHONPATH, ...)."""
+    import importlib.util
+    import site
+    folders = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        folders.append(site.getusersitepackages())
+    try:
+        spec = importlib.util.find_spec("landlock")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        folders.append(os.path.dirname(list(spec.submodule_search_locations)[0]))
+    return list(dict.fromkeys(folders))
 
 
 def _hello(worker):
@@ -912,7 +1042,7 @@ def _hello(worker):
     line = worker["proc"].stdout.readline()
     if not line:
         raise RuntimeError("sandbox worker failed to start; "
-                           "`python sandbox.py --worker 1 ~ 0 {}` shows why")
+                           "`python sandbox.py --worker 1 [] 0 {}` shows why")
     worker["hello"] = json.loads(line)
     return worker
 
@@ -1203,4 +1333,5 @@ atexit.register(shutdown)
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     # site-packages without running .pth files (-S: ~4 MB less to fork)
     sys.path += sys.argv[6:]
-    _zygote_main(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]))
+    _zygote_main(int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]),
+                 json.loads(sys.argv[5]))
