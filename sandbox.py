@@ -1096,9 +1096,15 @@ def _pack(job, cache):
     """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here
     (compiling runs nothing; a child then only unmarshals and executes, and a validity pair shares
     one compile via `cache`)."""
+    # parent only (zygotes never pack)
+    import warnings
+
     def code(text, name, mode):
         if (text, name, mode) not in cache:
-            cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
+            # model text's compile-time warnings stay off the console (verify.quiet)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
         return cache[text, name, mode]
     body = {k: v for k, v in job.items() if k != "family"}
     body["code"] = code(job.get("code", ""), "<program>", "exec")

@@ -54,6 +54,7 @@ import json
 import re
 import sys
 import tokenize
+import warnings
 
 import prompts
 import sandbox
@@ -345,9 +346,18 @@ def _check_targets(node, imported):
                 raise Invalid("modifies an imported module (or assigns through a call)")
 
 
+def quiet(parse, *args, **kwargs):
+    """parse(*args, **kwargs) (ast.parse, compile, tokenize ... of model text) with the warnings
+    it raises dropped: `1if x`, `"\\d"`, `x is 1` warn at parse or compile time, and model text
+    must never print on the console, where it reads like an error of ours."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return parse(*args, **kwargs)
+
+
 def _parse(text, mode="exec"):
     try:
-        return ast.parse(text, mode=mode)
+        return quiet(ast.parse, text, mode=mode)
     except SyntaxError as e:
         raise Invalid(f"syntax error: {e.msg} (line {e.lineno})")
     except (ValueError, RecursionError, MemoryError) as e:
@@ -413,7 +423,8 @@ def _rename_to_f(program, name):
     """Rename the entry function `name` to f on the token stream, so comments and layout stay:
     every NAME token `name` that does not follow a dot. Raises Invalid when `f` is used already."""
     lines, spots, previous = program.splitlines(keepends=True), [], None
-    for token in tokenize.generate_tokens(io.StringIO(program).readline):
+    tokens = quiet(list, tokenize.generate_tokens(io.StringIO(program).readline))
+    for token in tokens:
         after_dot = previous is not None and previous.string == "."
         if token.type == tokenize.NAME and token.string in (name, "f") and not after_dot:
             if token.string == "f":
@@ -772,7 +783,7 @@ def complexity(program):
     clauses/match cases/ternaries/asserts); loc = non-blank, non-comment lines; variables = distinct
     bound names."""
     try:
-        tree = ast.parse(program)
+        tree = quiet(ast.parse, program)
     except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):
         return {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
     depth, stack, branches, names = 0, [(tree, 1)], 0, set()
@@ -805,7 +816,7 @@ def complexity(program):
 
 def _literal(text):
     try:
-        return ast.literal_eval(text)
+        return quiet(ast.literal_eval, text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return text
 

@@ -664,3 +664,31 @@ def test_results_carry_the_zygotes_own_measures():
                                         "while time.process_time() < end:\n    pass"}])
     assert 0.3 <= sleep["wall_s"] < 3 and sleep["cpu_s"] < 0.2, sleep
     assert 0.3 <= spin["cpu_s"] < 3 and spin["wall_s"] >= spin["cpu_s"] - 0.05, spin
+
+
+# model text whose parsing or compiling warns (3.11: invalid decimal literal, invalid escape
+# sequence, "is" with a literal, a tuple called)
+NOISY = ("def f(x):\n    y = 1if x else 2\n    g = lambda: (1, 2)(3)\n"
+         "    return (x is 1, '\\d', y)\n")
+
+
+def test_model_text_never_warns_on_the_console():
+    """Issue 20: the parent parses and compiles model text (validate, grade, complexity, the seed
+    tally's literals): no warning may reach the console, where it reads like an error of ours."""
+    import warnings
+    proposal = {"program": NOISY, "input": "1"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = verify.validate("code_o", [proposal])[0]
+        attempt = dict(proposal, output=result["output"], gold=result["gold"], answer="(0if 1 else 2)")
+        verify.grade("code_o", [attempt])
+        verify.complexity(NOISY)
+        # the rename to f parses (and tokenizes) it again
+        verify.prepare_program(NOISY.replace("def f(", "def h("))
+    assert result["valid"], result
+    assert [str(w.message) for w in caught] == []
+    command = [sys.executable, os.path.join(ROOT, "verify.py"), "validate", "--task", "code_o"]
+    out = subprocess.run(command, input=json.dumps(proposal) + "\n", capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["valid"], out
+    assert out.stderr == ""
