@@ -84,6 +84,8 @@ STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
+# bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
+HEADER = 32
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
 # loaded in every zygote; not socket, subprocess, shutil: see _GuardHook
 PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq",
@@ -216,22 +218,32 @@ class _GuardHook:
         return spec
 
 
-def _child(job, wfd, limits, uid):
-    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own with stdin
-    in place: finish the lock-down, run, write one JSON line to wfd, _exit. Never returns. Every
-    page a child writes costs a copy-on-write fault (~3 us here), so whatever it can, the zygote did
-    before the fork. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None
-    for user code); user code starts after every limit."""
+def _child(settings, requests, wfd, limits, uid):
+    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
+    job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
+    while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
+    passes through the zygote, of which every later child is a copy; acknowledge it with one byte
+    ("+": the pipe is in step), finish the lock-down, run, write one JSON line to wfd, _exit. Never
+    returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
+    user code); user code starts after every limit."""
     try:
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
             _setuid(uid)
+        payload = _take(requests, settings["length"])
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
+        if len(payload) != settings["length"]:
+            raise OSError("the job was cut short")
+        _write_all(wfd, b"+")
+        job = marshal.loads(payload)
+        del payload
+        if job.get("stdin"):
+            _stdin(job["stdin"])
         for kind, value in limits:
             resource.setrlimit(kind, value)
-        # seccomp(SET_MODE_FILTER)
-        if _signal_filter is not None and _syscall(317, 1, 0, _signal_filter) != 0:
+        # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program)
+        if _signal_filter is not None and _libc.prctl(22, 2, _signal_filter, 0, 0) != 0:
             raise OSError("seccomp filter refused")
         line = _outcome(job)
     except BaseException as e:
@@ -244,11 +256,20 @@ def _child(job, wfd, limits, uid):
     _exit(0)
 
 
+def _stdin(text):
+    """fd 0 := a memory file holding `text` (a job's stdin; the zygote's fd 0 is /dev/null)."""
+    fd = os.memfd_create("stdin")
+    _write_all(fd, text.encode("utf-8", "surrogateescape"))
+    os.lseek(fd, 0, 0)
+    _dup2(fd, 0)
+    _close(fd)
+
+
 # -------------------------------------------------------------------------------------- zygote side
 
 # the zygote's state, set in the zygote: libc's functions (resolved there: children must not
 # dlopen after fork), /dev/null's fd, the Landlock ruleset and the per-child seccomp filter
-_libc = _pyfork = _syscall = _null = None
+_libc = _pyfork = _null = None
 _landlock = _landlock_restrict = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
@@ -649,7 +670,8 @@ def _zygote_main(number, homes, uid_base, programs):
         _landlock_restrict(_landlock, 0)
         os.close(_landlock)
     # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
-    if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
+    # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program): the same on every architecture
+    if programs["zygote"] and _libc.prctl(22, 2, _seccomp_load(programs["zygote"]), 0, 0) != 0:
         raise OSError("seccomp filter refused")
     _write_all(replies, (json.dumps(hello) + "\n").encode())
     _serve(requests, replies, jobs, uid)
@@ -658,11 +680,10 @@ def _zygote_main(number, homes, uid_base, programs):
 def _load_libc():
     """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
     dlopen)."""
-    global _libc, _pyfork, _syscall
+    global _libc, _pyfork
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
-    _syscall = _libc.syscall
-    _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    _libc.prctl.argtypes = (ctypes.c_int,) + (ctypes.c_ulong,) * 4
 
 
 def _uid_drop(layers, uid):
@@ -756,8 +777,9 @@ def _warm_up():
 
 
 def _serve(requests, replies, jobs, uid):
-    """The zygote's loop: read a job (8-byte length + marshal bytes), run it in a child, send back
-    the header and the child's line; until EOF (shutdown, or the parent died) or a failed
+    """The zygote's loop: read a job's settings (HEADER bytes: the payload's length, the time and
+    memory limits, the stdout cap; numbers only), fork its child (which reads the payload itself),
+    send back the header and the child's line; until EOF (shutdown, or the parent died) or a failed
     clean-up (the parent replaces a zygote that retires)."""
     # every child's line passes through this buffer; an anonymous mapping the children do not
     # inherit, whose pages are given back (zeroed) after each job: no later child can find an
@@ -766,13 +788,14 @@ def _serve(requests, replies, jobs, uid):
     result.madvise(mmap.MADV_DONTFORK)
     view = memoryview(result)
     while True:
-        length = int.from_bytes(_take(requests, 8) or b"\0", "little")
-        payload = _take(requests, length)
-        if not payload:
+        header = _take(requests, HEADER)
+        if not header:
             return
+        numbers = [int.from_bytes(header[k:k + 8], "little") for k in range(0, HEADER, 8)]
+        settings = dict(zip(("length", "timeout_ms", "memory_mb", "stdout_cap"), numbers))
         # unguessable: no child can prepare the next one's
         workdir = f"{jobs}/{os.urandom(8).hex()}"
-        header, size, retire = _job(marshal.loads(payload), workdir, uid, view)
+        header, size, retire = _job(settings, requests, workdir, uid, view)
         _write_all(replies, header)
         _write_all(replies, view[:size])
         result.madvise(mmap.MADV_DONTNEED, 0, size)
@@ -796,17 +819,17 @@ def _readable(repo):
     return out
 
 
-def _job(job, workdir, uid, view):
-    """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and
-    given to the child's uid; wait for its result line and exit within the deadline, kill it, clean
-    up. Reads the child's line into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size
-    of the line in view, retire), where the line is the child's or one of ours, and retire says the
-    clean-up failed. A page the zygote writes costs ~0.8 us (a write-protect fault) when no child
-    shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
-    timeout = float(job.get("timeout", 5.0))
-    cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
+def _job(settings, requests, workdir, uid, view):
+    """Fork a child for one job in a fresh cwd, made here and given to the child's uid; the child
+    reads the job from `requests`. Wait for its acknowledgement, result line and exit within the
+    deadline, kill it, clean up. Reads the child's line into `view` -> (header b"<pid>\t<retire>\t<cpu
+    s>\t<wall s>\t", size of the line in view, retire), where the line is the child's or one of ours,
+    and retire says the clean-up failed or the request pipe may be out of step (no
+    acknowledgement)."""
+    timeout = settings["timeout_ms"] / 1000
+    cap = min(settings["stdout_cap"], STDOUT_CAP)
     _out.buffer.cap = cap
-    limits = _limits(job, timeout, uid)
+    limits = _limits(settings["memory_mb"], timeout, uid)
     # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
     # reachable by its own child only: the jobs folder is ours, 0711, and the name random
     mode = 0o700
@@ -814,13 +837,6 @@ def _job(job, workdir, uid, view):
         mode = 0o777
     _mkdir(workdir, mode)
     _chdir(workdir)
-    if job.get("stdin"):
-        with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(job["stdin"])
-        fd = _open_fd(".stdin", os.O_RDONLY)
-        # the zygote's fd 0 goes back to /dev/null below
-        _dup2(fd, 0)
-        _close(fd)
     r, w = _pipe()
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
@@ -831,24 +847,27 @@ def _job(job, workdir, uid, view):
         raise OSError("fork failed")
     if pid == 0:
         _close(r)
-        _child(job, w, limits, uid)
+        _child(settings, requests, w, limits, uid)
     _close(w)
-    # JSON escapes grow text 6x (\uXXXX)
-    limit = min(cap * 6 + (1 << 20), len(view))
+    # JSON escapes grow text 6x (\uXXXX); 1 byte of acknowledgement first
+    limit = min(cap * 6 + (1 << 20) + 1, len(view))
     size, error = _read_line(r, view, limit, start + timeout)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
     _kill_pid(pid, signal.SIGKILL)
     _, status, usage = _wait4(pid, 0)
     _close(r)
-    if job.get("stdin"):
-        _dup2(_null, 0)
     _chdir("/")
-    retire = not _clean(workdir, forked_ns)
+    # no acknowledgement: the child may have left part of its job in the pipe
+    in_step = size > 0 and view[0] == 43
+    retire = not in_step or not _clean(workdir, forked_ns)
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
+    if in_step:
+        view[:size - 1] = view[1:size]
+        size -= 1
     one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
-    if not error and one_line:
+    if in_step and not error and one_line:
         # exactly one line, the child's (the parent checks it all)
         return header, size, retire
     if not error:
@@ -858,9 +877,9 @@ def _job(job, workdir, uid, view):
     return header, len(line), retire
 
 
-def _limits(job, timeout, uid):
+def _limits(memory_mb, timeout, uid):
     """Layer 2: the rlimits a child sets on itself -> [(resource, (soft, hard))]."""
-    memory = int(job.get("memory_mb") or MEMORY_MB) << 20
+    memory = memory_mb << 20
     limits = [(resource.RLIMIT_AS, (memory, memory)),
               (resource.RLIMIT_CPU, (int(timeout) + 2, int(timeout) + 2)),
               (resource.RLIMIT_FSIZE, (0, 0))]
@@ -1093,9 +1112,10 @@ def _ensure():
 
 
 def _pack(job, cache):
-    """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here
-    (compiling runs nothing; a child then only unmarshals and executes, and a validity pair shares
-    one compile via `cache`)."""
+    """Job dict with source texts -> the settings a zygote reads (HEADER bytes: the payload's
+    length, the time limit in ms, the memory limit in MB, the stdout cap) + the payload its child
+    reads (marshal bytes), every text compiled here (compiling runs nothing; a child then only
+    unmarshals and executes, and a validity pair shares one compile via `cache`)."""
     # parent only (zygotes never pack)
     import warnings
 
@@ -1111,7 +1131,10 @@ def _pack(job, cache):
     body["imports"] = code(job.get("imports", ""), "<imports>", "exec")
     body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
-    return len(data).to_bytes(8, "little") + data
+    timeout_ms = int(float(job.get("timeout", 5.0)) * 1000)
+    numbers = (len(data), timeout_ms, int(job.get("memory_mb") or MEMORY_MB),
+               int(job.get("stdout_cap", STDOUT_CAP)))
+    return b"".join(n.to_bytes(8, "little") for n in numbers) + data
 
 
 def run(jobs):
