@@ -127,46 +127,34 @@ class _Capped(io.BytesIO):
         return len(b)
 
 
-def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
-    """The job proper, on code objects the parent compiled -> the JSON text of each call's value.
-    The job holds no gold: the parent compares. Order: job["args"] decoded (if any), the imports
-    alone (the namespace a repr is evaluated back in), then the program, then the calls. mode "repr"
-    (validity): [repr string, encoding] per call, the repr evaluated back unless job["roundtrip"] is
-    False; "encode" (grading): the encoding; else no calls."""
+def _evaluate(job, exec_=exec, eval_=eval):
+    """The job proper, on code objects the parent compiled -> the JSON text of each value's
+    encoding, in order: each expression of job["calls"], then f on each argument list of
+    job["args"]. The job holds no gold: the parent compares. Order: every argument list decoded
+    (encodings of (args, kwargs), as plain data) before any user code runs; the program
+    (job["code"]) in a namespace of its own; the calls evaluated there; f called from here, not
+    from an expression in its namespace, so validation and grading call it alike: same globals,
+    same call, arguments built the same way (decoded from plain data)."""
+    arguments = []
+    for encoding in job.get("args", ()):
+        arguments.append(decode(encoding))
     ns = {"__name__": "__main__"}
-    # plain arguments as an encoding, decoded before any user code
-    if "args" in job:
-        ns["__args__"] = decode(job["args"])
-    imports_ns = {"__name__": "__main__"}
-    exec_(job["imports"], imports_ns)
     exec_(job["code"], ns)
-    values, mode, cap = [], job.get("mode"), job.get("repr_cap", 2000)
-    for call in job["calls"]:
-        v = eval_(call, ns)
-        parts = []
-        if mode != "repr":
-            encode(v, parts, [MAX_UNITS])
-            values.append("".join(parts))
-            continue
-        r = repr_(v)
-        if type(r) is not str or len(r) > cap:
-            raise ValueError(f"output repr is not a str of at most {cap} chars")
-        literal = encode(v, parts, [MAX_UNITS])
-        # Counter(...), nan, ...: really evaluate the repr
-        if not literal and job.get("roundtrip", True):
-            try:
-                back = eval_(compile_(r, "<repr>", "eval"), dict(imports_ns))
-            except Exception as e:
-                raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
-            back_parts = []
-            try:
-                encode(back, back_parts, [MAX_UNITS])
-            except ValueError:
-                back_parts = None
-            if back_parts is None or not bool(back == v):
-                raise ValueError("output repr does not evaluate back to an equal value")
-        values.append("[%s, %s]" % (escape(r), "".join(parts)))
+    values = []
+    for call in job.get("calls", ()):
+        values.append(_encoded(eval_(call, ns)))
+    if arguments:
+        f = ns["f"]
+        for args, kwargs in arguments:
+            values.append(_encoded(f(*args, **kwargs)))
     return values
+
+
+def _encoded(value):
+    """A value -> the JSON text of its canonical encoding (ValueError if it is not plain data)."""
+    parts = []
+    encode(value, parts, [MAX_UNITS])
+    return "".join(parts)
 
 
 def _outcome(job):
@@ -770,10 +758,11 @@ def _private_stdio():
 def _warm_up():
     """A fixed job of ours quickens the child-side code here, not in every child (~10 fewer
     copy-on-write faults per child)."""
-    warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"),
-            "calls": [compile("f([1, 'a', (2.5,)])", "<w>", "eval")]}
-    for mode in ("repr", "encode") * 9:
-        _outcome(dict(warm, mode=mode))
+    arguments = ["tuple", [["tuple", [["list", [["int", "1"], ["str", "a"]]]]], ["dict", []]]]
+    warm = {"code": compile("def f(*x):\n    return list(x)", "<w>", "exec"),
+            "calls": [compile("f(2.5, (1,))", "<w>", "eval")], "args": [arguments]}
+    for _ in range(18):
+        _outcome(warm)
 
 
 def _serve(requests, replies, jobs, uid):
@@ -1128,7 +1117,6 @@ def _pack(job, cache):
         return cache[text, name, mode]
     body = {k: v for k, v in job.items() if k != "family"}
     body["code"] = code(job.get("code", ""), "<program>", "exec")
-    body["imports"] = code(job.get("imports", ""), "<imports>", "exec")
     body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
     timeout_ms = int(float(job.get("timeout", 5.0)) * 1000)
@@ -1167,7 +1155,7 @@ def _dispatch(jobs, results, queues):
         pending -= _collect(jobs, results, queues)
 
 
-def _failed(error):
+def failed(error):
     """The result of a job that gave no answer of its own."""
     return {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0,
             "wall_s": 0.0}
@@ -1192,7 +1180,7 @@ def _feed(jobs, results, queues, cache, packed):
                 payload = packed.pop(i, None) or _pack(jobs[i], cache)
             except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
                     MemoryError) as e:
-                results[i] = _failed(_describe(e))
+                results[i] = failed(_describe(e))
                 answered += 1
                 continue
             # must fit in the pipe (64 KiB) beside the job before it, or the write would block
@@ -1245,7 +1233,7 @@ def _collect(jobs, results, queues):
             if data == b"":
                 error = "worker died"
             i = w["jobs"].pop(0)
-            results[i] = _failed(error)
+            results[i] = failed(error)
             answered += 1
             _replace(n, w, jobs, queues)
     return answered
@@ -1258,7 +1246,8 @@ def _answers(n, w, jobs, results, queues, now):
     while b"\n" in w["buf"] and w["jobs"]:
         line, w["buf"] = w["buf"].split(b"\n", 1)
         i = w["jobs"].pop(0)
-        results[i], retire = _parse_answer(line, len(jobs[i].get("calls", ())))
+        values = len(jobs[i].get("calls", ())) + len(jobs[i].get("args", ()))
+        results[i], retire = _parse_answer(line, values)
         answered += 1
         # its clean-up failed: it has exited; the jobs behind go elsewhere
         if retire:
@@ -1287,7 +1276,7 @@ def _parse_answer(line, calls):
     or a "values" list that is not one entry per call makes it a failed run ("malformed result"), of
     this job alone. The entries themselves are the caller's to check (verify.decode)."""
     head = line.split(b"\t", 4)
-    result = _failed("malformed result")
+    result = failed("malformed result")
     try:
         result.update(pid=int(head[0]), cpu_s=float(head[2]), wall_s=float(head[3]))
         retire = head[1] == b"1"

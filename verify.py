@@ -51,21 +51,27 @@ import argparse
 import ast
 import io
 import json
+import math
 import re
 import sys
 import tokenize
 import warnings
 
+from collections import Counter, OrderedDict, defaultdict, deque
+from decimal import Decimal
+
 import prompts
 import sandbox
 # the canonical encoding of values (a child's results and the golds), decoded here to judge
-from encoding import decode
+from encoding import MAX_UNITS, decode, encode
 
 TASKS = ("code_i", "code_o", "code_f")
 N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the first half
 MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
+MAX_INPUT = 20_000       # chars of an input or a code_o answer
+MAX_INPUTS = 64          # inputs of a code_f problem
 # AZR's list, the design's additions, then ours (the C twins of banned modules, modules that run code
 # given as a string or reach sys.modules): what teacher prompts list
 BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
@@ -97,7 +103,7 @@ _ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
 # [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever
 # the program imports their module in any form (`import collections` + a Counter output, as in one
 # AZR seed)
-REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque",
+REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque, defaultdict",
               "fractions": "from fractions import Fraction",
               "decimal": "from decimal import Decimal"}
 
@@ -367,6 +373,12 @@ def _parse(text, mode="exec"):
 def prepare_program(program):
     """-> (program with its entry function renamed to f, text of all its import statements). Raises
     Invalid."""
+    program, imports, _ = _prepare(program)
+    return program, imports
+
+
+def _prepare(program):
+    """prepare_program -> (program, imports, the top-level modules it imports)."""
     if not isinstance(program, str) or not program.strip():
         raise Invalid("empty program")
     if len(program) > MAX_PROGRAM:
@@ -379,10 +391,10 @@ def prepare_program(program):
     for node in _screen(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             import_nodes.append(node)
-    imports = _imports_text(import_nodes)
+    imports, modules = _imports_text(import_nodes)
     if entry.name == "f":
-        return program, imports
-    return _rename_to_f(program, entry.name), imports
+        return program, imports, modules
+    return _rename_to_f(program, entry.name), imports, modules
 
 
 def _entry(tree):
@@ -403,8 +415,9 @@ def _entry(tree):
 
 
 def _imports_text(nodes):
-    """A program's Import/ImportFrom nodes -> its import statements, one a line without repeats,
-    then REPR_NAMES's line for each module imported in any form that has one."""
+    """A program's Import/ImportFrom nodes -> (its import statements, one a line without repeats,
+    then REPR_NAMES's line for each module imported in any form that has one; the top-level modules
+    it imports)."""
     lines, modules = [], set()
     for node in nodes:
         lines.append(ast.unparse(node))
@@ -416,7 +429,7 @@ def _imports_text(nodes):
     for module in sorted(modules):
         if module in REPR_NAMES:
             lines.append(REPR_NAMES[module])
-    return "\n".join(dict.fromkeys(lines))
+    return "\n".join(dict.fromkeys(lines)), modules
 
 
 def _rename_to_f(program, name):
@@ -438,26 +451,77 @@ def _rename_to_f(program, name):
     return "".join(lines)
 
 
-def call_text(inputs):
-    """Input text (argument list, may span lines) -> screened `f(...)` expression source. Raises
-    Invalid."""
+# what a child evaluates an input that is not a literal with, in place of f: (args, kwargs)
+PACK = "(lambda *args, **kwargs: (args, kwargs))"
+
+
+def arguments(inputs):
+    """Input text (an argument list, may span lines) -> (encoding, None): the plain-data encoding of
+    (args, kwargs) when every argument is a literal (read here by ast.literal_eval: nothing runs);
+    else (None, source): the screened text of an expression a child evaluates (with the program, f
+    included, in scope, as AZR allows `f(3) + f(33)`) to (args, kwargs). Either way f itself is
+    later called on decoded plain data, in validation and grading alike. Raises Invalid."""
     if not isinstance(inputs, str) or not inputs.strip():
         raise Invalid("empty input")
+    if len(inputs) > MAX_INPUT:
+        raise Invalid(f"input longer than {MAX_INPUT} chars")
     source = f"f(\n{inputs}\n)"
     tree = _parse(source, "eval")
     call = tree.body
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
         raise Invalid("input is not an argument list")
     _screen(tree)
-    return source
+    try:
+        args = []
+        for node in call.args:
+            args.append(_literal_node(node))
+        kwargs = {}
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise ValueError("**kwargs")
+            kwargs[keyword.arg] = _literal_node(keyword.value)
+    except ValueError:
+        pack = PACK + source[1:]
+        _screen(_parse(pack, "eval"))
+        return None, pack
+    return _plain((tuple(args), kwargs), "input"), None
 
 
-def answer_text(answer):
-    """A code_o answer (an expression) -> screened source. Raises Invalid."""
+def answer_value(answer):
+    """A code_o answer (an expression) -> (encoding, None) for a literal (read here, nothing runs),
+    else (None, its screened source, evaluated by a child with the program's imports). Raises
+    Invalid."""
     if not isinstance(answer, str) or not answer.strip():
         raise Invalid("empty answer")
-    _screen(_parse(f"(\n{answer}\n)", "eval"))
-    return f"(\n{answer}\n)"
+    if len(answer) > MAX_INPUT:
+        raise Invalid(f"answer longer than {MAX_INPUT} chars")
+    source = f"(\n{answer}\n)"
+    tree = _parse(source, "eval")
+    _screen(tree)
+    try:
+        return _plain(_literal_node(tree.body), "answer"), None
+    except ValueError:
+        return None, source
+
+
+def _literal_node(node):
+    """The value of a literal's AST node (ast.literal_eval: builds, runs nothing); ValueError for
+    anything else (names, calls, operators but the unary and complex ones, *args)."""
+    try:
+        return quiet(ast.literal_eval, node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+        raise ValueError(f"not a literal ({type(e).__name__})") from None
+
+
+def _plain(value, what):
+    """A value read here -> its encoding as plain data (what a child's JSON line parses to). Raises
+    Invalid when it cannot be encoded (too large, too deep)."""
+    parts = []
+    try:
+        encode(value, parts, [MAX_UNITS])
+    except (ValueError, RecursionError) as e:
+        raise Invalid(f"{what}: {e}") from None
+    return json.loads("".join(parts))
 
 
 # ----------------------------------------------------------------------------- validity and grading
@@ -471,60 +535,112 @@ def _request(item, keys):
             raise Invalid(f"bad request: missing or mistyped key {key!r}")
 
 
-def _validity_jobs(task, p, timeout):
-    """One proposal -> (normalised program, the two sandbox jobs: one per zygote family). Raises
-    Invalid."""
+def _proposal(task, p):
+    """One proposal -> the entry _call_f runs: the normalised program, an argument list per input
+    (an encoding, or None with its pack text in "packs"), the names its output reprs may use.
+    Raises Invalid."""
     if task == "code_f":
         _request(p, {"program": str, "inputs": list, "message": str})
         inputs = p["inputs"]
-        if len(inputs) < N_INPUTS or not all(isinstance(x, str) for x in inputs):
-            raise Invalid(f"need {N_INPUTS} inputs")
+        if not N_INPUTS <= len(inputs) <= MAX_INPUTS or not all(isinstance(x, str) for x in inputs):
+            raise Invalid(f"need {N_INPUTS} inputs (at most {MAX_INPUTS})")
         program_words = " ".join(p["program"].split())
         if not p["message"].strip() or program_words in " ".join(p["message"].split()):
             raise Invalid("message is empty or contains the program")
     else:
         _request(p, {"program": str, "input": str})
         inputs = [p["input"]]
-    program, imports = prepare_program(p["program"])
-    calls = [call_text(x) for x in inputs]
+    program, imports, modules = _prepare(p["program"])
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
-    job = {"code": program, "imports": imports, "calls": calls, "mode": "repr",
-           "repr_cap": MAX_REPR, "timeout": timeout}
-    # the 2nd run only compares reprs
-    return program, [dict(job, family=0), dict(job, family=1, roundtrip=False)]
+    entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules}
+    for k, x in enumerate(inputs):
+        encoding, pack = arguments(x)
+        entry["args"].append(encoding)
+        if pack is not None:
+            entry["packs"].append((k, pack))
+    return entry
 
 
-def _outputs(run):
-    """A validity run's values -> [(repr, encoding)], every entry checked (a child's values are
-    hostile)."""
-    out = []
-    for value in run["values"]:
-        if type(value) is not list or len(value) != 2:
-            raise ValueError("malformed result")
-        if type(value[0]) is not str or len(value[0]) > MAX_REPR:
-            raise ValueError("malformed result")
-        decode(value[1])
-        out.append((value[0], value[1]))
-    return out
+def _call_f(entries, families, timeout):
+    """f on every argument list, as validation and grading both run it. An entry: {"code": the
+    program f comes from, "args": an encoding of (args, kwargs) per call, None where the input is
+    not a literal, "packs": [(k, text)] for those, "pack_code": the program they are evaluated
+    with}. Step 1 (only for inputs that are not literals): the pack texts evaluated in a child per
+    family, which must agree -> the missing encodings. Step 2: f called on every argument list, in
+    a fresh child per family. -> per entry, one run per family (a failed step 1 fails them all)."""
+    first, owners = [], []
+    for n, e in enumerate(entries):
+        if not e["packs"]:
+            continue
+        for family in families:
+            first.append({"code": e["pack_code"], "calls": [t for _, t in e["packs"]],
+                          "family": family, "timeout": timeout})
+        owners.append(n)
+    failed = {}
+    runs = sandbox.run(first)
+    width = len(families)
+    for j, n in enumerate(owners):
+        error = _fill_arguments(entries[n], runs[j * width:(j + 1) * width])
+        if error:
+            failed[n] = sandbox.failed(error)
+    second, owners = [], []
+    for n, e in enumerate(entries):
+        if n in failed:
+            continue
+        for family in families:
+            second.append({"code": e["code"], "args": e["args"], "family": family,
+                           "timeout": timeout})
+        owners.append(n)
+    runs = sandbox.run(second)
+    out = {}
+    for j, n in enumerate(owners):
+        out[n] = runs[j * width:(j + 1) * width]
+    for n, run in failed.items():
+        out[n] = [run] * width
+    return [out[n] for n in range(len(entries))]
 
 
-def _validity(task, a, b):
+def _fill_arguments(entry, runs):
+    """Step 1's runs (one per family) of an entry -> "" after filling in its missing argument
+    lists, else why not (an error, the families disagree, not an argument list of plain data)."""
+    for run in runs:
+        if not run["ok"]:
+            return run["error"]
+    if any(run["values"] != runs[0]["values"] for run in runs):
+        return "non-deterministic: the input evaluates differently in two runs"
+    for (k, _), value in zip(entry["packs"], runs[0]["values"]):
+        try:
+            args, kwargs = decode(value)
+        except (ValueError, TypeError):
+            return "the input is not an argument list of plain values"
+        if type(args) is not tuple or type(kwargs) is not dict or not all(map(str.isidentifier,
+                                                                             kwargs)):
+            return "the input is not an argument list of plain values"
+        entry["args"][k] = value
+    return ""
+
+
+def _validity(task, a, b, modules):
     """The verdict on a proposal's two runs (decided here, on what the children sent) -> result
-    keys."""
+    keys. The outputs students see are the reprs of the decoded golds, made here."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
     # plain JSON data from both: == is safe
     if a["values"] != b["values"]:
         return {"reason": "non-deterministic: two runs with different hash seeds disagree"}
-    first = _outputs(a)
-    if task == "code_f" and len({text for text, _ in first}) < 2:
+    shown = []
+    for encoding in a["values"]:
+        try:
+            shown.append(shown_output(encoding, modules))
+        except Invalid as e:
+            return {"reason": f"invalid output: {e}"}
+    if task == "code_f" and len(set(shown)) < 2:
         return {"reason": "fewer than 2 distinct outputs"}
     if task == "code_f":
-        return {"valid": True, "reason": "valid", "outputs": [text for text, _ in first],
-                "gold": [encoding for _, encoding in first]}
-    return {"valid": True, "reason": "valid", "output": first[0][0], "gold": first[0][1]}
+        return {"valid": True, "reason": "valid", "outputs": shown, "gold": a["values"]}
+    return {"valid": True, "reason": "valid", "output": shown[0], "gold": a["values"][0]}
 
 
 def _output_key(task):
@@ -537,26 +653,26 @@ def _output_key(task):
 def validate(task, proposals, timeout=5.0):
     """Proposals -> [{"valid", "reason", "program", "output" (code_f: "outputs"), "gold"}]; each
     valid proposal ran twice, in two separately started interpreters, in parallel with the others.
-    "output(s)": the repr string(s) students see; "gold": the canonical encoding(s) of the value(s)
-    grading compares with (code_f: one per input), plain JSON data (lists and strings), None unless
-    valid. Never raises for bad model text."""
+    "output(s)": the repr string(s) students see, made here from the gold; "gold": the canonical
+    encoding(s) of the value(s) grading compares with (code_f: one per input), plain JSON data
+    (lists and strings), None unless valid. Never raises for bad model text."""
     key = _output_key(task)
-    results, jobs, owners = [], [], []
+    results, entries, owners = [], [], []
     for i, p in enumerate(proposals):
         program = None
         if isinstance(p, dict):
             program = p.get("program")
         results.append({"valid": False, "reason": "", key: None, "gold": None, "program": program})
         try:
-            results[i]["program"], pair = _validity_jobs(task, p, timeout)
-            jobs += pair
+            entries.append(_proposal(task, p))
+            results[i]["program"] = entries[-1]["code"]
             owners.append(i)
         except Invalid as e:
             results[i]["reason"] = str(e)
-    runs = sandbox.run(jobs)
-    for i, a, b in zip(owners, runs[0::2], runs[1::2]):
+    runs = _call_f(entries, (0, 1), timeout)
+    for i, entry, (a, b) in zip(owners, entries, runs):
         try:
-            results[i].update(_validity(task, a, b))
+            results[i].update(_validity(task, a, b, entry["modules"]))
         # what a child sent does not parse: this item fails, alone
         except ValueError:
             results[i]["reason"] = "error: malformed result"
@@ -591,99 +707,88 @@ def add_golds(task, problems, timeout=5.0):
     return out
 
 
-def _grading_job(task, a, timeout):
-    """One attempt -> (sandbox job, the gold encodings its values must equal). The job holds no
-    gold."""
+def _attempt(task, a):
+    """One attempt -> (what to run: an entry for _call_f, a code_o expression job, or None when
+    the answer is a literal read here; its value(s) if known already; the slice of values compared;
+    the gold encodings they must equal). The job holds no gold. Raises Invalid."""
     _request(a, {"answer": str})
     if "gold" not in a:
         raise Invalid("bad request: no gold encoding (a problem from before golds were stored; "
                       "re-validate it with verify.add_golds)")
     if task == "code_f":
-        _request(a, {"inputs": list, "outputs": list, "gold": list})
+        _request(a, {"program": str, "inputs": list, "outputs": list, "gold": list})
         n = len(a["inputs"])
-        if n < 2 or len(a["outputs"]) != n or len(a["gold"]) != n:
+        if not 2 <= n <= MAX_INPUTS or len(a["outputs"]) != n or len(a["gold"]) != n:
             raise Invalid("bad request: inputs, outputs and gold must be lists of the same length "
-                          ">= 2")
-        gold_imports = ""
-        if isinstance(a.get("program"), str):
-            gold_imports = prepare_program(a["program"])[1]
-        program, imports = prepare_program(a["answer"])
-        calls = [call_text(x) for x in a["inputs"][n // 2:]]
-        job = {"code": gold_imports + "\n" + program, "imports": gold_imports, "calls": calls,
-               "mode": "encode", "timeout": timeout}
-        return job, a["gold"][n // 2:]
+                          f">= 2 and <= {MAX_INPUTS}")
+        teacher, gold_imports, _ = _prepare(a["program"])
+        student = _prepare(a["answer"])[0]
+        # the teacher program's imports prepended (as AZR), screened as the one text that runs
+        code = _prepare(gold_imports + "\n" + student)[0]
+        entry = {"code": code, "pack_code": teacher, "args": [], "packs": []}
+        for k, x in enumerate(a["inputs"]):
+            if not isinstance(x, str):
+                raise Invalid("bad request: inputs must be strings")
+            encoding, pack = arguments(x)
+            entry["args"].append(encoding)
+            if pack is not None:
+                entry["packs"].append((k, pack))
+        # called on every input, in order, as in validation; the hidden half is compared
+        return entry, None, slice(n // 2, n), a["gold"][n // 2:]
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
-    program, imports = prepare_program(a["program"])
-    # code_o: the answer is evaluated with the program's imports in scope, but not f
+    program, imports, _ = _prepare(a["program"])
+    # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
-        job = {"code": imports, "imports": imports, "calls": [answer_text(a["answer"])],
-               "mode": "encode", "timeout": timeout}
-        return job, [a["gold"]]
-    # code_i: first the answer's arguments, as plain values (with f in scope, as AZR: an input may
-    # call f); _call_f then runs f on them in a fresh child, so what the answer did to f or to that
-    # child (claim f's value, which the prompt shows, swap f.__code__) is gone
-    pack = "def __pack__(*args, **kwargs):\n    return args, kwargs\n"
-    call = "__pack__" + call_text(a["answer"])[1:]
-    job = {"code": program + "\n" + pack, "imports": imports, "calls": [call], "mode": "encode",
-           "timeout": timeout, "program": program}
-    return job, [a["gold"]]
-
-
-def _call_f(jobs, runs, timeout):
-    """code_i, second step: f on the arguments each first run sent back (decoded, checked to be
-    plain values, and handed to a fresh child as an encoding, decoded there before any code runs) ->
-    the final runs."""
-    calls, owners = [], []
-    for n, (job, run) in enumerate(zip(jobs, runs)):
-        if not run["ok"]:
-            continue
-        try:
-            args, kwargs = decode(run["values"][0])
-            if type(args) is not tuple or type(kwargs) is not dict:
-                raise ValueError("not an argument list")
-        except (ValueError, TypeError):
-            runs[n] = dict(run, ok=False, error="the answer's arguments are not plain values")
-            continue
-        calls.append({"code": job["program"], "imports": job["imports"], "args": run["values"][0],
-                      "calls": ["f(*__args__[0], **__args__[1])"], "mode": "encode",
-                      "timeout": timeout})
-        owners.append(n)
-    for n, run in zip(owners, sandbox.run(calls)):
-        runs[n] = run
-    return runs
+        encoding, source = answer_value(a["answer"])
+        if source is None:
+            return None, [encoding], slice(0, 1), [a["gold"]]
+        job = {"code": imports, "calls": [source]}
+        return job, None, slice(0, 1), [a["gold"]]
+    # code_i: the answer's arguments, then f on them as plain data, as validation ran it
+    encoding, pack = arguments(a["answer"])
+    entry = {"code": program, "pack_code": program, "args": [encoding], "packs": []}
+    if pack is not None:
+        entry["packs"].append((0, pack))
+    return entry, None, slice(0, 1), [a["gold"]]
 
 
 def grade(task, attempts, timeout=5.0):
     """Attempts -> [{"correct", "reason"}], run in the sandbox in parallel and judged here. An
     attempt is a problem as validate made it ("program", "input"/"inputs", "output(s)", "gold";
-    other keys ignored) plus "answer": code_o an output, code_i an input, code_f a program (graded
-    on the hidden last half of the pairs). Correct when each gold == the answer's value (Python's
-    ==, as AZR, on values decoded here from the child's encodings: builtin types only, so no
-    always-equal object). `answer` None (a format error) scores False."""
+    other keys ignored) plus "answer": code_o an output, code_i an input, code_f a program (run on
+    every input, in order, as the teacher's was; graded on the hidden last half). Correct when each
+    gold == the answer's value (Python's ==, as AZR, on values decoded here from plain data:
+    builtin types only, so no always-equal object). A literal code_o answer is read here, without a
+    run. `answer` None (a format error) scores False."""
     _task(task)
-    results, jobs, owners, golds = [], [], [], []
+    results, entries, jobs, known = [], [], [], []
     for i, a in enumerate(attempts):
         results.append({"correct": False, "reason": ""})
         try:
             if isinstance(a, dict) and a.get("answer", "") is None:
                 raise Invalid("no answer (format error)")
-            job, gold = _grading_job(task, a, timeout)
-            jobs.append(job)
-            golds.append(gold)
-            owners.append(i)
+            work, values, compared, gold = _attempt(task, a)
         except Invalid as e:
             results[i]["reason"] = str(e)
             if not str(e).startswith("bad request"):
                 results[i]["reason"] = f"invalid answer: {e}"
-    runs = sandbox.run(jobs)
-    if task == "code_i":
-        runs = _call_f(jobs, runs, timeout)
-    for i, gold, run in zip(owners, golds, runs):
+            continue
+        if values is not None:
+            known.append((i, {"ok": True, "values": values}, compared, gold))
+        elif "calls" in work:
+            jobs.append((i, dict(work, timeout=timeout), compared, gold))
+        else:
+            entries.append((i, work, compared, gold))
+    runs = sandbox.run([job for _, job, _, _ in jobs])
+    done = known + [(i, run, c, g) for (i, _, c, g), run in zip(jobs, runs)]
+    runs = _call_f([e for _, e, _, _ in entries], (None,), timeout)
+    done += [(i, run[0], c, g) for (i, _, c, g), run in zip(entries, runs)]
+    for i, run, compared, gold in done:
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue
-        pairs = zip(gold, run["values"])
-        correct = len(run["values"]) == len(gold) and all(equal(g, v) for g, v in pairs)
+        values = run["values"][compared]
+        correct = len(values) == len(gold) and all(equal(g, v) for g, v in zip(gold, values))
         results[i]["correct"] = correct
         results[i]["reason"] = "wrong answer"
         if correct:
@@ -692,6 +797,58 @@ def grade(task, attempts, timeout=5.0):
 
 
 # -------------------------------------------------------------------------- encodings, decided here
+
+def shown_output(encoding, modules):
+    """The repr students see of a value: made here, from the decoded gold with the real classes (so
+    it is the value's true repr, whatever the program did to a class's __repr__) -> text. Raises
+    Invalid when it would not evaluate back to an equal value with the program's imports in scope
+    (`modules`: the top-level modules it imports; REPR_NAMES), as AZR's outputs must: nan or inf,
+    a NaN Decimal, a defaultdict's factory, a Counter without collections imported, ...; or when it
+    is longer than MAX_REPR chars or not valid UTF-8 text."""
+    try:
+        value = decode(encoding)
+    except ValueError:
+        raise Invalid("malformed result") from None
+    in_scope = set()
+    for module in modules:
+        if module in REPR_NAMES:
+            in_scope.update(name.strip() for name in REPR_NAMES[module].split("import")[1].split(","))
+    _showable(value, in_scope)
+    text = repr(value)
+    if len(text) > MAX_REPR:
+        raise Invalid(f"output repr longer than {MAX_REPR} chars")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Invalid("output repr is not valid UTF-8 text") from None
+    return text
+
+
+def _showable(value, in_scope):
+    """Raise Invalid if the repr of `value` (decoded: exact builtin and collections / fractions /
+    decimal types) would not evaluate back to an equal value with the names `in_scope`."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is float and not math.isfinite(v):
+            raise Invalid("output holds nan or inf (its repr is not a literal)")
+        if t is complex and not (math.isfinite(v.real) and math.isfinite(v.imag)):
+            raise Invalid("output holds nan or inf (its repr is not a literal)")
+        if t is int and v.bit_length() > 4 * MAX_REPR:
+            raise Invalid(f"output repr longer than {MAX_REPR} chars")
+        if t.__module__ in ("collections", "fractions", "decimal") and t.__name__ not in in_scope:
+            raise Invalid(f"output repr needs {t.__name__}, which the program does not import")
+        if t is Decimal and v.is_nan():
+            raise Invalid("output holds a NaN Decimal (not equal to itself)")
+        if t is defaultdict and v.default_factory is not None:
+            raise Invalid("output is a defaultdict with a factory (its repr does not evaluate)")
+        if t in (dict, OrderedDict, Counter, defaultdict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif t in (list, tuple, set, frozenset, deque):
+            stack.extend(v)
+
 
 def equal(gold, encoding):
     """AZR's verdict on one value: gold == value, Python's == on the two decoded values (dict and

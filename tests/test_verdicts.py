@@ -1,0 +1,86 @@
+"""Issue 22, the verdict side: attack programs against what verify.py decides (class 1: f tells
+validation from grading; class 4: encodings that lie; class 5: a parent stalled or crashed; class 7:
+the static screen). Each case asserts the safe verdict; the honest controls batched with it must be
+unaffected."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import verify
+from conftest import ROOT
+
+
+def validated(task, proposal):
+    """validate one proposal -> the problem it makes (asserting it is valid)."""
+    result = verify.validate(task, [proposal])[0]
+    assert result["valid"], result
+    problem = dict(proposal, gold=result["gold"])
+    if task == "code_f":
+        problem["outputs"] = result["outputs"]
+    else:
+        problem["output"] = result["output"]
+    return problem
+
+
+def verdicts(task, problem, answers):
+    return [g["correct"] for g in verify.grade(task, [dict(problem, answer=a) for a in answers])]
+
+
+# -------------------------------------------- class 1: f cannot tell validation from grading
+
+# programs that behave differently when they can tell how they are called; each with an input on
+# which validation must give the same value that grading computes for that input
+TELLING = {
+    # the candidate arguments of code_i grading as a global
+    "grading_global": ("def f(x):\n    try:\n        __args__\n        return 'graded'\n"
+                       "    except NameError:\n        return x * 2", "21"),
+    # aliasing an input builds (a value passed twice) that plain data cannot carry
+    "aliased_arguments": ("def f(a, b):\n    a.append(1)\n    return [len(b), a]", "*[[0]] * 2"),
+    # the same constant object twice (one constant of the input's code)
+    "shared_constant": ("def f(a, b):\n    return [a is b, a]", "10 ** 20, 10 ** 20"),
+    # f called while the input is evaluated, then on its value: its state differs
+    "state_from_the_input": ("calls = []\ndef f(x):\n    calls.append(x)\n    return [len(calls), x]",
+                             "f(0)[1] * 0 + 5"),
+    # the globals f sees: exactly the program's
+    "its_globals": ("def f(x):\n    return sorted(k for k in globals() if k.startswith('_'))",
+                    "1"),
+}
+
+
+@pytest.mark.parametrize("name", list(TELLING))
+def test_the_teachers_own_input_is_graded_correct(name):
+    """A valid code_i/code_o problem graded with the teacher's own input (its output) is correct,
+    and a wrong one is not: f sees the same call form, globals and arguments in both."""
+    program, given = TELLING[name]
+    if name == "its_globals":
+        # globals() is screened (a validity rule): this one runs with the screen off
+        return _globals_seen_alike()
+    problem = validated("code_o", {"program": program, "input": given})
+    assert verdicts("code_i", problem, [given, "'not an input'"]) == [True, False], problem
+    assert verdicts("code_o", problem, [problem["output"], "'wrong'"]) == [True, False]
+
+
+def _globals_seen_alike(monkeypatch=None):
+    program = "def f(x):\n    return sorted(k for k in globals() if k.startswith('_'))"
+    saved = verify._screen
+    verify._screen = verify._nodes
+    try:
+        problem = validated("code_o", {"program": program, "input": "1"})
+        assert verdicts("code_i", problem, ["1", "'a'"]) == [True, True]
+        assert problem["output"] == "['__builtins__', '__name__']", problem
+    finally:
+        verify._screen = saved
+
+
+def test_code_f_students_run_in_the_order_the_teacher_ran():
+    """code_f: the student's f is called on all the inputs, in order, as the teacher's was in
+    validation (the hidden half is compared): a stateful f is graded correct for itself."""
+    program = "calls = []\ndef f(x):\n    calls.append(x)\n    return (len(calls) * 10, x)"
+    inputs = [str(k) for k in range(10)]
+    problem = validated("code_f", {"program": program, "inputs": inputs, "message": "counts"})
+    wrong = "def f(x):\n    return ((x + 1) * 10, x + 1)"
+    assert verdicts("code_f", problem, [program, wrong]) == [True, False]
