@@ -40,6 +40,16 @@ _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset,
                "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter,
                "defaultdict": defaultdict}
 _PAIRS = (dict, OrderedDict, Counter, defaultdict)
+# a defaultdict's factory when it is a builtin type (by name); any other shows as "?" and comes back
+# as _unknown_factory (its repr is not a literal either way)
+_FACTORIES = {t.__name__: t for t in (list, dict, set, frozenset, tuple, int, float, complex, str,
+                                      bytes, bool)}
+_FACTORY_NAMES = {t: name for name, t in _FACTORIES.items()}
+
+
+def _unknown_factory():
+    """The factory of a decoded defaultdict whose own factory was not a builtin type."""
+    raise KeyError("a default factory that did not cross the sandbox's wall")
 
 
 def encode(value, parts, budget, depth=0):
@@ -76,7 +86,12 @@ def encode(value, parts, budget, depth=0):
     if t in _MAPPINGS:
         parts.append('["%s", [' % tag)
         literal = t is dict
-        for n, (k, v) in enumerate(dict.items(value)):
+        # OrderedDict's own order (move_to_end does not move the underlying dict's); the type's
+        # method, not an attribute the instance may carry
+        items = dict.items(value)
+        if t is OrderedDict:
+            items = OrderedDict.items(value)
+        for n, (k, v) in enumerate(items):
             if n:
                 parts.append(", [")
             else:
@@ -85,7 +100,11 @@ def encode(value, parts, budget, depth=0):
             parts.append(", ")
             literal = encode(v, parts, budget, depth + 1) & literal
             parts.append("]")
-        parts.append("]]")
+        parts.append("]")
+        # what repr shows beyond the items: a defaultdict's factory (by name for a builtin type)
+        if t is defaultdict and value.default_factory is not None:
+            parts.append(', "%s"' % _FACTORY_NAMES.get(value.default_factory, "?"))
+        parts.append("]")
         return literal
     if t in _SEQUENCES:
         parts.append('["%s", [' % tag)
@@ -94,7 +113,11 @@ def encode(value, parts, budget, depth=0):
             if n:
                 parts.append(", ")
             literal = encode(v, parts, budget, depth + 1) & literal
-        parts.append("]]")
+        parts.append("]")
+        # ... and a deque's maxlen
+        if t is deque and value.maxlen is not None:
+            parts.append(', "%x"' % value.maxlen)
+        parts.append("]")
         return literal
     if t is bytes or t is bytearray:
         budget[0] -= len(value) >> 3
@@ -170,7 +193,12 @@ def _build(enc, budget, depth):
         return Fraction(int(texts[0], 16), int(texts[1], 16))
     if tag == "Decimal" and len(texts) == 1:
         return Decimal(texts[0])
-    # a container's one argument is the list of its items (a mapping's: [key, value] pairs)
+    # a container's first argument is the list of its items (a mapping's: [key, value] pairs); a
+    # deque may add its maxlen, a defaultdict its factory
+    extra = None
+    if tag in ("deque", "defaultdict") and len(args) == 2:
+        extra = _text(args[1], budget)
+        args = args[:1]
     if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
         raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
     kind, items = _CONTAINERS[tag], []
@@ -184,7 +212,12 @@ def _build(enc, budget, depth):
         else:
             raise TypeError("not a key-value pair")
     if kind is defaultdict:
-        return defaultdict(None, items)
+        factory = None
+        if extra is not None:
+            factory = _FACTORIES.get(extra, _unknown_factory)
+        return defaultdict(factory, items)
+    if kind is deque and extra is not None:
+        return deque(items, int(extra, 16))
     if kind is Counter:
         return Counter(dict(items))
     return kind(items)

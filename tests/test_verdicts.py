@@ -84,3 +84,62 @@ def test_code_f_students_run_in_the_order_the_teacher_ran():
     problem = validated("code_f", {"program": program, "inputs": inputs, "message": "counts"})
     wrong = "def f(x):\n    return ((x + 1) * 10, x + 1)"
     assert verdicts("code_f", problem, [program, wrong]) == [True, False]
+
+
+# ------------------------------------------------------------------- class 4: encodings that lie
+
+ORDER = ("from collections import OrderedDict\ndef f(x):\n    d = OrderedDict([('a', 1), ('b', x)])\n"
+         "    d.move_to_end('a')\n    return d")
+
+
+def test_ordered_dict_order_survives():
+    """OrderedDict == is order-sensitive and its repr shows the order: the encoding keeps
+    OrderedDict's own order (not the underlying dict's)."""
+    problem = validated("code_o", {"program": ORDER, "input": "2"})
+    assert problem["output"] == "OrderedDict([('b', 2), ('a', 1)])", problem
+    right, wrong = problem["output"], "OrderedDict([('a', 1), ('b', 2)])"
+    assert verdicts("code_o", problem, [right, wrong]) == [True, False]
+
+
+def test_what_repr_shows_is_kept():
+    """A deque's maxlen and a defaultdict's factory are visible to repr: the shown output keeps the
+    maxlen, and a defaultdict with a factory (whose repr does not evaluate back) is not a valid
+    output; as a value compared with == (a code_f student's) it still equals a dict."""
+    deque_program = "from collections import deque\ndef f(x):\n    return deque([1, 2], maxlen=x)"
+    problem = validated("code_o", {"program": deque_program, "input": "3"})
+    assert problem["output"] == "deque([1, 2], maxlen=3)"
+    factory = ("from collections import defaultdict\ndef f(x):\n    d = defaultdict(list)\n"
+               "    d[x].append(1)\n    return d")
+    result = verify.validate("code_o", [{"program": factory, "input": "1"}])[0]
+    assert not result["valid"] and "factory" in result["reason"], result
+    teacher = "def f(x):\n    return {x: [1]}"
+    inputs = [str(k) for k in range(10)]
+    problem = validated("code_f", {"program": teacher, "inputs": inputs, "message": "m"})
+    assert verdicts("code_f", problem, [factory, teacher.replace("[1]", "[2]")]) == [True, False]
+
+
+def test_a_patched_repr_is_not_what_students_see():
+    """A class's __repr__ (and __eq__) patched through an alias: the output students see is the
+    value's true repr (made in the parent from the gold), or the proposal is invalid."""
+    program = ("import collections\nC = collections.Counter\n"
+               "C.__repr__ = lambda self: 'Counter()'\nC.__eq__ = lambda self, other: True\n"
+               "def f(x):\n    return C(x)")
+    result = verify.validate("code_o", [{"program": program, "input": "'aab'"}])[0]
+    assert not result["valid"] or result["output"] == "Counter({'a': 2, 'b': 1})", result
+
+
+def test_evalplus_float_comparison_counts_leaves():
+    """EvalPlus's allclose rule on float outputs: an emitted value with fewer (or no) leaves than
+    the expected one is not equal to it; a result line whose leaves do not match its shape is
+    refused."""
+    import graders
+    item = {"entry_point": "g"}
+    expected = graders._emit([1.5, 2.5])
+    assert graders._same("humanevalplus", item, [], expected, graders._emit([1.5, 2.5]), 1e-6)
+    forged = {"h": "0" * 32, "n": [expected["n"][0], []]}
+    assert not graders._same("humanevalplus", item, [], expected, forged, 1e-6)
+    short = {"h": "0" * 32, "n": [expected["n"][0], [1.5]]}
+    assert not graders._same("humanevalplus", item, [], expected, short, 1e-6)
+    line = {"outs": [forged], "times": [0.0], "error": "", "wall": 0.0}
+    with pytest.raises(ValueError):
+        graders._checked(line)
