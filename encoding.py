@@ -20,6 +20,12 @@ from fractions import Fraction
 
 MAX_DEPTH = 100        # nesting levels of an encoded value
 MAX_UNITS = 1 << 16    # size budget of one encoded value: a node is 1 unit, 16 chars of text 1 more
+# the parent's work on a value must stay linear: == between an int and a Decimal converts the int
+# (quadratic), a Fraction is normalised with gcd (quadratic), a set or dict whose keys share a hash
+# is built in quadratic time. So, both ways:
+MAX_INT_BITS = 1 << 14       # bits of an int (4,932 decimal digits) and of each part of a Fraction
+MAX_DECIMAL_CHARS = 1 << 12  # chars of a Decimal's text
+MAX_SAME_HASH = 8            # keys of one set or mapping that share a hash
 
 # type -> tag, for encoding
 _SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
@@ -47,6 +53,17 @@ _FACTORIES = {t.__name__: t for t in (list, dict, set, frozenset, tuple, int, fl
 _FACTORY_NAMES = {t: name for name, t in _FACTORIES.items()}
 
 
+def _spread(keys):
+    """Raise ValueError when more than MAX_SAME_HASH of `keys` share a hash (a set or dict of them
+    would take quadratic time to build), TypeError when one is unhashable."""
+    seen = {}
+    for key in keys:
+        h = hash(key)
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > MAX_SAME_HASH:
+            raise ValueError("too many keys with one hash")
+
+
 def _unknown_factory():
     """The factory of a decoded defaultdict whose own factory was not a builtin type."""
     raise KeyError("a default factory that did not cross the sandbox's wall")
@@ -69,6 +86,8 @@ def encode(value, parts, budget, depth=0):
         parts.append('["str", %s]' % escape(value))
         return True
     if t is int:
+        if value.bit_length() > MAX_INT_BITS:
+            raise ValueError(f"output too large (an int of more than {MAX_INT_BITS} bits)")
         budget[0] -= value.bit_length() >> 6
         parts.append('["int", "%x"]' % value)
         return True
@@ -130,11 +149,17 @@ def encode(value, parts, budget, depth=0):
         parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
         return False
     if t is Fraction:
-        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 6
+        bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+        if bits > MAX_INT_BITS:
+            raise ValueError(f"output too large (a Fraction of more than {MAX_INT_BITS} bits)")
+        # gcd is quadratic: its units grow 4x faster than an int's
+        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 4
         parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
         return False
     # t is Decimal
     text = Decimal.__str__(value)
+    if len(text) > MAX_DECIMAL_CHARS:
+        raise ValueError(f"output too large (a Decimal of more than {MAX_DECIMAL_CHARS} chars)")
     budget[0] -= len(text) >> 4
     parts.append('["Decimal", %s]' % escape(text))
     return False
@@ -177,6 +202,10 @@ def _build(enc, budget, depth):
             texts.append(_text(item, budget))
     if tag == "str" and len(texts) == 1:
         return texts[0]
+    if tag in ("int", "Fraction", "range"):
+        for text in texts:
+            if len(text) > MAX_INT_BITS // 4 + 1:
+                raise ValueError("an int too large")
     if tag == "int" and len(texts) == 1:
         return int(texts[0], 16)
     if tag == "float" and len(texts) == 1:
@@ -190,8 +219,13 @@ def _build(enc, budget, depth):
     if tag == "range" and len(texts) == 3:
         return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
     if tag == "Fraction" and len(texts) == 2:
+        budget[0] -= (len(texts[0]) + len(texts[1])) >> 2
+        if budget[0] < 0:
+            raise ValueError("too large")
         return Fraction(int(texts[0], 16), int(texts[1], 16))
     if tag == "Decimal" and len(texts) == 1:
+        if len(texts[0]) > MAX_DECIMAL_CHARS:
+            raise ValueError("a Decimal too large")
         return Decimal(texts[0])
     # a container's first argument is the list of its items (a mapping's: [key, value] pairs); a
     # deque may add its maxlen, a defaultdict its factory
@@ -211,6 +245,10 @@ def _build(enc, budget, depth):
             items.append((key, value))
         else:
             raise TypeError("not a key-value pair")
+    if kind in _PAIRS:
+        _spread([key for key, _ in items])
+    elif kind in (set, frozenset):
+        _spread(items)
     if kind is defaultdict:
         factory = None
         if extra is not None:

@@ -550,6 +550,9 @@ def _proposal(task, p):
     else:
         _request(p, {"program": str, "input": str})
         inputs = [p["input"]]
+    # what reaches a prompt must be text a tokenizer can encode
+    for text in [p["program"], p.get("message", "")] + inputs:
+        _utf8(text)
     program, imports, modules = _prepare(p["program"])
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
@@ -561,6 +564,14 @@ def _proposal(task, p):
         if pack is not None:
             entry["packs"].append((k, pack))
     return entry
+
+
+def _utf8(text):
+    """Raise Invalid unless `text` is valid UTF-8 text (a lone surrogate is not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Invalid("not valid UTF-8 text (a lone surrogate)") from None
 
 
 def _call_f(entries, families, timeout):
@@ -608,8 +619,11 @@ def _fill_arguments(entry, runs):
     for run in runs:
         if not run["ok"]:
             return run["error"]
-    if any(run["values"] != runs[0]["values"] for run in runs):
-        return "non-deterministic: the input evaluates differently in two runs"
+    try:
+        if any(run["values"] != runs[0]["values"] for run in runs):
+            return "non-deterministic: the input evaluates differently in two runs"
+    except RecursionError:
+        return "malformed result"
     for (k, _), value in zip(entry["packs"], runs[0]["values"]):
         try:
             args, kwargs = decode(value)
@@ -674,7 +688,7 @@ def validate(task, proposals, timeout=5.0):
         try:
             results[i].update(_validity(task, a, b, entry["modules"]))
         # what a child sent does not parse: this item fails, alone
-        except ValueError:
+        except (ValueError, RecursionError, MemoryError):
             results[i]["reason"] = "error: malformed result"
     return results
 
@@ -817,10 +831,7 @@ def shown_output(encoding, modules):
     text = repr(value)
     if len(text) > MAX_REPR:
         raise Invalid(f"output repr longer than {MAX_REPR} chars")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise Invalid("output repr is not valid UTF-8 text") from None
+    _utf8(text)
     return text
 
 
@@ -1049,6 +1060,11 @@ def main(argv=None):
     _answer_chunk(args.command, args.task, args.timeout, lines)
 
 
+def _describe(e):
+    """An exception -> "Type: message", at most 200 chars."""
+    return f"{type(e).__name__}: {e}"[:200]
+
+
 def _print_layers(as_json):
     """`verify.py layers`: every sandbox layer on or off and why, a line each (or one JSON line)."""
     lay = sandbox.layers()
@@ -1079,9 +1095,19 @@ def _answer_chunk(command, task, timeout, lines):
         try:
             items.append(json.loads(line))
             numbers.append(n)
-        except ValueError as e:
-            out[n] = dict(fail, reason=f"bad request: not JSON ({e})")
-    for n, result in zip(numbers, judge(task, items, timeout)):
+        except (ValueError, RecursionError, MemoryError) as e:
+            out[n] = dict(fail, reason=f"bad request: not JSON ({_describe(e)})")
+    try:
+        results = judge(task, items, timeout)
+    # a fault of ours on one item: judge them one by one, so only that one fails
+    except Exception:
+        results = []
+        for item in items:
+            try:
+                results.append(judge(task, [item], timeout)[0])
+            except Exception as e:
+                results.append(dict(fail, reason=f"error: {_describe(e)}"))
+    for n, result in zip(numbers, results):
         out[n] = {k: result[k] for k in fail}
     answers = []
     for n in range(len(lines)):

@@ -143,3 +143,71 @@ def test_evalplus_float_comparison_counts_leaves():
     line = {"outs": [forged], "times": [0.0], "error": "", "wall": 0.0}
     with pytest.raises(ValueError):
         graders._checked(line)
+
+
+# ---------------------------------------------------------- class 5: a parent stalled or crashed
+
+def test_broken_request_lines_fail_alone():
+    """verify.py reads hostile JSON lines: each malformed one (too deep to parse, not JSON, not an
+    object, mistyped) gets its own error line; the lines around it are answered."""
+    good = json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})
+    lines = [good, "[" * 100_000 + "]" * 100_000, good, "not json", "[]",
+             json.dumps({"program": 5, "input": "1"}), json.dumps({"program": "def f(x):\n"
+                                                                  "    return x", "input": "[" * 5000}),
+             good]
+    command = [sys.executable, os.path.join(ROOT, "verify.py"), "validate", "--task", "code_o"]
+    out = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [a["valid"] for a in answers] == [True, False, True, False, False, False, False, True]
+    assert all(a["reason"] for a in answers), answers
+
+
+def hexint(bits):
+    return "%x" % ((1 << bits) - 12345)
+
+
+FORGED = [
+    # an unnormalised Fraction of two 2-million-bit ints: gcd for ~13 s in the old parent
+    ["Fraction", hexint(2_000_000), hexint(2_000_000)],
+    # an int the parent would convert to a Decimal (quadratic) to compare
+    ["list", [["int", hexint(2_000_000)]]],
+    # 30,000 distinct ints with one hash: building the set is quadratic
+    ["set", [["int", "%x" % (k * ((1 << 61) - 1))] for k in range(1, 30_000)]],
+    ["dict", [[["int", "%x" % (k * ((1 << 61) - 1))], ["None"]] for k in range(1, 20_000)]],
+]
+
+
+@pytest.mark.parametrize("n", range(len(FORGED)))
+def test_what_a_child_sends_is_bounded_before_any_arithmetic(n):
+    """Size limits are checked before the parent does arithmetic or builds hash tables on a child's
+    value: each forged value is refused (or found unequal) within a fraction of a second."""
+    golds = [["Decimal", "1E+3"], ["list", [["Decimal", "1E+3"]]], ["set", [["int", "1"]]],
+             ["dict", [[["int", "1"], ["None"]]]]]
+    start = time.perf_counter()
+    assert not verify.equal(golds[n], FORGED[n])
+    with pytest.raises(ValueError):
+        verify.decode(FORGED[n])
+    assert time.perf_counter() - start < 1.0
+
+
+def test_text_that_is_not_utf8_never_reaches_a_prompt():
+    """A lone surrogate in a program, an input, a message or an output: refused at validation (a
+    tokenizer cannot encode it into the student's prompt); an output's repr escapes it."""
+    lone = "\ud800"
+    cases = [("code_o", {"program": f"def f(x):\n    # {lone}\n    return x", "input": "1"}),
+             ("code_o", {"program": "def f(x):\n    return x", "input": f"'{lone}'"}),
+             ("code_f", {"program": "def f(x):\n    return x", "message": f"doubles {lone}",
+                         "inputs": [str(k) for k in range(10)]})]
+    for task, proposal in cases:
+        result = verify.validate(task, [proposal])[0]
+        assert not result["valid"] and "UTF-8" in result["reason"], result
+    patched = ("import collections\nC = collections.Counter\n"
+               f"C.__repr__ = lambda self: {lone!r}\nC.__eq__ = lambda self, other: True\n"
+               "def f(x):\n    return C(x)")
+    escaped = "def f(x):\n    return x + '\\ud800'"
+    for program in (patched, escaped):
+        result = verify.validate("code_o", [{"program": program, "input": "'a'"}])[0]
+        if result["valid"]:
+            result["output"].encode("utf-8")
