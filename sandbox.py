@@ -258,6 +258,8 @@ def _stdin(text):
 # the zygote's state, set in the zygote: libc's functions (resolved there: children must not
 # dlopen after fork), /dev/null's fd, the Landlock ruleset and the per-child seccomp filter
 _libc = _pyfork = _null = None
+# with a PID namespace: (an fd of its ns_last_pid, the largest value to write) (_pid_namespace)
+_last_pid = None
 _landlock = _landlock_restrict = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
@@ -265,8 +267,8 @@ _out = None
 # made (_mount_setup); those folders' times at the last clean (_clean)
 _bpf, _hidden, _scratch, _scratch_times = [], [], [], []
 # kept folders (the interpreter's) put back inside a scratch folder, and the folder the children's
-# cwds are made in: the clean-up spares them
-_kept, _jobs = [], ""
+# cwds are made in (with its identity: _identity): the clean-up spares them
+_kept, _jobs, _jobs_identity = [], "", None
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
 _MS_PRIVATE = 1 << 18
 
@@ -445,6 +447,7 @@ def _namespaces(repo, homes):
     uid; a root without CAP_SYS_ADMIN skips it: in there its children would own every root-owned
     file). No root needed."""
     out = {"mount_namespace": [False, ""], "network_namespace": [False, ""],
+           "ipc_namespace": [False, ""], "time_namespace": [False, ""],
            "pid_namespace": [False, "not needed as root: children run as another uid, which "
                                     "cannot signal us"]}
     in_user_ns = False
@@ -480,7 +483,30 @@ def _namespaces(repo, homes):
     else:
         error = os.strerror(ctypes.get_errno())
         out["network_namespace"][1] = f"unshare(CLONE_NEWNET) refused ({error}{via})"
+    # CLONE_NEWIPC: SysV objects and POSIX queues of our own, gone with us (seccomp denies them to
+    # children in any case)
+    out["ipc_namespace"] = [True, f"SysV IPC and POSIX message queues private to this zygote{via}"]
+    if _libc.unshare(0x08000000) != 0:
+        error = os.strerror(ctypes.get_errno())
+        out["ipc_namespace"] = [False, f"unshare(CLONE_NEWIPC) refused ({error}{via}); seccomp "
+                                       "still denies SysV IPC"]
+    out["time_namespace"] = _time_namespace(via)
     return out
+
+
+def _time_namespace(via):
+    """Children's clocks, deliberately different from any other zygote's: a time namespace whose
+    monotonic and boot-time clocks run a random number of seconds (1e6 to 1e9) ahead of ours, so a
+    validity check's two runs (two zygotes) disagree on any value read from them. The wall clock
+    cannot be offset (no kernel does): the static screen keeps it out of reach. -> [active, why]."""
+    offset = 10**6 + int.from_bytes(os.urandom(4), "little") % 10**9
+    # CLONE_NEWTIME (Linux >= 5.6): our next children are its first members
+    if _libc.unshare(0x80) != 0:
+        error = os.strerror(ctypes.get_errno())
+        return [False, f"unshare(CLONE_NEWTIME) refused ({error}{via})"]
+    with open("/proc/self/timens_offsets", "w") as fh:
+        fh.write(f"monotonic {offset} 0\nboottime {offset} 0\n")
+    return [True, f"children's monotonic and boot clocks {offset} s ahead (random per zygote)"]
 
 
 def _pid_namespace():
@@ -497,7 +523,17 @@ def _pid_namespace():
         os.closerange(0, 1 << 16)
         _exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return [True, "children see and can signal only themselves and their zygote (the init)"]
+    global _last_pid
+    # the namespace's pid counter, set at random before each fork (_job): children's pids are as
+    # different from one zygote to the next as the host's are
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            top = int(fh.read()) - 2
+        _last_pid = (os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY), top)
+    except (OSError, ValueError):
+        _last_pid = None
+    return [True, "children see and can signal only themselves and their zygote (the init); "
+                  "pids random per job"]
 
 
 def _landlock_setup(landlock, read_paths, write_paths):
@@ -590,6 +626,7 @@ def _seccomp_load(program):
     return ctypes.addressof(_bpf[-1])
 
 
+ALLOWED_SYSCALLS = ""
 # Landlock leaves metadata (chmod ... xattr) alone; no sockets at all: no network even where no
 # network namespace could be made, no host UNIX sockets (Landlock does not cover connect)
 DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick "
@@ -599,7 +636,10 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "kexec_load kexec_file_load init_module finit_module delete_module reboot "
                    "swapon swapoff acct quotactl iopl ioperm chmod fchmod fchmodat fchmodat2 chown "
                    "fchown lchown fchownat utime utimes utimensat futimesat setxattr lsetxattr "
-                   "fsetxattr removexattr lremovexattr fremovexattr socket socketpair")
+                   "fsetxattr removexattr lremovexattr fremovexattr socket socketpair "
+                   "shmget shmat shmdt shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop "
+                   "semctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr "
+                   "ipc")
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 # fork too: a child that stays root is exempt from NPROC
@@ -698,22 +738,39 @@ def _uid_drop(layers, uid):
 def _jobs_folder(layers):
     """The folder the children's cwds are made in: /tmp/jobs with the mount namespace (a private
     tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
-    global _jobs
-    if _scratch:
+    global _jobs, _jobs_identity
+    if "/tmp" in _scratch:
+        base = "/tmp"
+    elif _scratch:
         base = _scratch[0]
     else:
         import tempfile
-        base = tempfile.mkdtemp(prefix="populora-sandbox-")
+        # a tmpfs if there is one: a child can make ~10^5 entries in its time, and removing them
+        # from a disk filesystem can take minutes (ext4 with discard: ~3 ms an entry)
+        where = None
+        if _is_tmpfs("/dev/shm"):
+            where = "/dev/shm"
+        base = tempfile.mkdtemp(prefix="populora-sandbox-", dir=where)
     # like /tmp (which it is, with the mount namespace)
     os.chmod(base, 0o1777)
     # the zygote's: children reach their own cwd in here, make no name
     jobs = base + "/jobs"
     os.mkdir(jobs, 0o711)
-    _jobs = jobs
+    _jobs, _jobs_identity = jobs, _identity(jobs)
     # tempfile in a child: its own cwd
     os.environ["TMPDIR"] = "."
     os.umask(0)
     return base, jobs
+
+
+def _is_tmpfs(path):
+    """Is `path` the mount point of a tmpfs (and a folder we may write in)?"""
+    with open("/proc/self/mountinfo", "rb") as fh:
+        for line in fh:
+            fields = line.split(b" - ")
+            if fields[0].split()[4] == path.encode() and fields[1].split()[0] == b"tmpfs":
+                return os.access(path, os.W_OK)
+    return False
 
 
 def _seccomp_layers(layers, programs, uid):
@@ -827,6 +884,12 @@ def _job(settings, requests, workdir, uid, view):
     _mkdir(workdir, mode)
     _chdir(workdir)
     r, w = _pipe()
+    if _last_pid is not None:
+        fd, top = _last_pid
+        try:
+            os.pwrite(fd, b"%d" % (int.from_bytes(os.urandom(4), "little") % top), 0)
+        except OSError:
+            pass
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
     # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
@@ -906,28 +969,39 @@ def _no_result(status, size):
 
 
 def _clean(workdir, forked_ns):
-    """Remove the job's cwd and, with the mount namespace, everything a child left in the private
-    tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones, but for the
-    jobs folder and the interpreter's folders where they were put back in one. A folder whose times
-    did not change since the last clean, which was over 20 ms before the child was forked
-    (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one stat
-    instead of a listing (seccomp denies utime; not where kept folders lie beneath). False when the
-    clean-up fails (a zygote that cannot clean up is replaced)."""
+    """After each job: the jobs folder emptied (the child's cwd and anything it left there) and
+    still the folder we made (a child of our uid could rename it); with the mount namespace,
+    everything a child left in the private tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock)
+    removed, but for the jobs folder and the interpreter's folders where they were put back in one:
+    each run starts on empty ones, whatever the one before did (filled the inodes, planted files).
+    A folder whose times did not change since the last clean, which was over 20 ms before the child
+    was forked (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one
+    stat instead of a listing (seccomp denies utime; not where kept folders lie beneath). False
+    when the clean-up fails (a zygote that cannot clean up is replaced before its next job)."""
     try:
-        _rmtree(workdir)
+        if not _empty(_jobs, ()) or _identity(_jobs) != _jobs_identity:
+            return False
+        spare = set(_kept)
+        spare.add(_jobs)
         for n, folder in enumerate(_scratch):
             seen = os.stat(folder)
             times = (seen.st_mtime_ns, seen.st_ctime_ns)
             quiet = times == _scratch_times[n] and max(times) < forked_ns - 20_000_000
             if quiet and not _inside_any(_kept, folder):
                 continue
-            if not _empty(folder):
+            if not _empty(folder, spare):
                 return False
             seen = os.stat(folder)
             _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
         return True
     except (OSError, RecursionError):
         return False
+
+
+def _identity(path):
+    """(device, inode, mode, owner) of `path`, not following a link."""
+    seen = os.lstat(path)
+    return seen.st_dev, seen.st_ino, seen.st_mode, seen.st_uid
 
 
 def _inside_any(paths, folder):
@@ -938,17 +1012,15 @@ def _inside_any(paths, folder):
     return False
 
 
-def _empty(folder):
-    """Remove everything in `folder` but the jobs folder and the kept folders (mount points: the
-    interpreter's, put back) with the folders on the way to them, which are emptied the same way.
-    -> whether only those are left."""
-    spare = set(_kept)
-    spare.add(_jobs)
+def _empty(folder, spare):
+    """Remove everything in `folder` but the paths in `spare` (the jobs folder, the kept folders:
+    mount points) and the folders on the way to them, which are emptied the same way. -> whether
+    only those are left."""
     for entry in os.scandir(folder):
         if entry.path in spare:
             continue
         if _inside_any(spare, entry.path) and entry.is_dir(follow_symlinks=False):
-            if not _empty(entry.path):
+            if not _empty(entry.path, spare):
                 return False
             continue
         _rmtree(entry.path)
@@ -1076,7 +1148,8 @@ def _stop(worker):
     base = ""
     if worker["hello"]:
         base = worker["hello"].get("base", "")
-    if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
+    made_here = os.path.dirname(base) in (tempfile.gettempdir(), "/dev/shm")
+    if made_here and os.path.basename(base).startswith("populora-sandbox-"):
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -62,3 +62,68 @@ def test_no_job_payload_ever_enters_a_zygote(one_zygote):
     verify.validate("code_o", [{"program": "def f(x):\n    return x", "input": "1"}])
     for zygote in sandbox.zygotes():
         assert marker.encode() not in memory_of(zygote["pid"])
+
+
+# ------------------------------------------------------------------ class 6: state between jobs
+
+SYSV = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "def segment(key, create):\n"
+        "    flags = 0o1666 if create else 0\n"
+        "    ident = libc.shmget(key, 1 << 20 if create else 0, flags)\n"
+        "    if ident < 0:\n"
+        "        return None, ctypes.get_errno()\n"
+        "    return ctypes.c_char_p(libc.shmat(ident, None, 0)), 0\n")
+
+
+def test_nothing_a_job_leaves_reaches_the_next(one_zygote):
+    """Files planted where a child can write (its cwd's folder, /tmp, /var/tmp, /dev/shm), a SysV
+    segment (which would outlive the child, beyond its memory limit), the inodes of the scratch
+    tmpfs used up: the next job on the same zygote finds none of it and runs."""
+    key = 0x5EC0 + os.getpid() % 1000
+    plant = (SYSV + "import os\n"
+             "for d in (os.path.dirname(os.getcwd()), '/tmp', '/var/tmp', '/dev/shm'):\n"
+             "    try:\n        os.mkdir(d + '/planted')\n    except OSError:\n        pass\n"
+             f"memory, errno = segment({key}, True)\n"
+             "if memory:\n    memory.value = b'left-behind'\n"
+             "n = 0\n"
+             "try:\n    while True:\n        os.mkdir('/tmp/fill%d' % n)\n        n += 1\n"
+             "except OSError:\n    pass\nprint(n)")
+    look = (SYSV + "import os\nseen = []\n"
+            "for d in (os.path.dirname(os.getcwd()), '/tmp', '/var/tmp', '/dev/shm'):\n"
+            "    try:\n        names = os.listdir(d)\n    except OSError:\n        names = []\n"
+            "    seen += [d for n in names if n == 'planted' or n.startswith('fill')]\n"
+            f"memory, errno = segment({key}, False)\n"
+            "print(seen, memory.value if memory else None)")
+    jobs = [{"code": plant, "family": 0, "timeout": 10}, {"code": look, "family": 0},
+            {"code": "print('honest')", "family": 0}]
+    res = sandbox.run(jobs)
+    assert res[0]["ok"], res[0]
+    assert res[1]["stdout"] == "[] None\n", res[1]
+    assert res[2]["stdout"] == "honest\n", res[2]
+
+
+# ----------------------------------------- class 3: a validity check's two runs, different worlds
+
+def test_two_runs_see_different_clocks_and_share_no_ipc():
+    """The two runs of a validity check (families 0 and 1, run at the same time) cannot agree on
+    a value read from the monotonic or boot clock (each zygote's children have a random offset) or
+    passed through SysV shared memory (private per zygote, and denied)."""
+    clocks = ("import time\n"
+              "print(int(time.monotonic()) // 100000, "
+              "int(time.clock_gettime(time.CLOCK_BOOTTIME)) // 100000)")
+    key = 0x7E57 + os.getpid() % 1000
+    rendezvous = (SYSV + "import os, time\n"
+                  f"memory, errno = segment({key}, True)\n"
+                  "if memory is None:\n    print('no segment', errno)\n"
+                  "else:\n"
+                  "    if not memory.value:\n        memory.value = os.urandom(8).hex().encode()\n"
+                  "    time.sleep(0.5)\n    print(memory.value)")
+    for code in (clocks, rendezvous):
+        a, b = sandbox.run([{"code": code, "family": family} for family in (0, 1)])
+        assert a["ok"] and b["ok"], (a, b)
+        assert a["stdout"] != b["stdout"] or a["stdout"].startswith("no segment"), (a, b)
+    lay = sandbox.layers()
+    if lay["time_namespace"]:
+        a, b = sandbox.run([{"code": clocks, "family": family} for family in (0, 1)])
+        assert a["stdout"] != b["stdout"]

@@ -126,6 +126,10 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     assert lay["filesystem_isolation"] and lay["landlock"], report["why"]
     assert lay["seccomp"] and lay["no_fork"] and lay["network_isolation"], report["why"]
     assert "not permitted" in report["net_error"], report      # seccomp: no socket at all
+    # issue 22, class 6: nothing a job leaves (files where it can write, used-up inodes, its jobs
+    # folder renamed) reaches the next job on its zygote, which runs
+    assert report["state"] == ["honest", "0", "honest"], report
+    assert len(set(report["pids"])) == 4, report
     # Landlock: nothing readable outside the interpreter's folders
     assert not report["etc_readable"]
     if lay["network_namespace"]:
