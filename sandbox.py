@@ -218,6 +218,10 @@ def _child(settings, requests, wfd, limits, uid):
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
             _setuid(uid)
+        # no capability left: a child that stays root (no uid drop) or holds a user namespace's
+        # cannot raise its limits, override file modes or trace its zygote
+        if _libc.capset(_caps[0], _caps[1]) != 0:
+            raise OSError("capset refused")
         payload = _take(requests, settings["length"])
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
@@ -257,7 +261,7 @@ def _stdin(text):
 
 # the zygote's state, set in the zygote: libc's functions (resolved there: children must not
 # dlopen after fork), /dev/null's fd, the Landlock ruleset and the per-child seccomp filter
-_libc = _pyfork = _null = None
+_libc = _pyfork = _null = _caps = None
 # with a PID namespace: (an fd of its ns_last_pid, the largest value to write) (_pid_namespace)
 _last_pid = None
 _landlock = _landlock_restrict = _signal_filter = None
@@ -581,33 +585,37 @@ def seccomp_programs():
     """Layer 7's BPF, compiled here in the parent by libseccomp (its Python binding; zygotes do not
     load it: 1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where
     unavailable). "zygote": the filter a zygote enters before its first job, so its children inherit
-    it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time): EPERM for
-    DENIED_SYSCALLS and a clone with a namespace flag, ENOSYS for clone3 (glibc falls back to
-    clone). "signals": EPERM for SIGNAL_SYSCALLS, entered by each child where children keep the
-    zygote's uid and no PID namespace hides other processes."""
+    it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time), an allowlist:
+    ALLOWED_SYSCALLS and a clone with no namespace flag pass; DENIED_SYSCALLS fail with EPERM;
+    everything else, including every syscall newer than this list (or than libseccomp), fails with
+    ENOSYS, which the C library takes for "not in this kernel" and falls back from where it can
+    (clone3 -> clone, faccessat2 -> faccessat, ...). "signals": EPERM for SIGNAL_SYSCALLS, entered
+    by each child where children keep the zygote's uid and no PID namespace hides other
+    processes."""
     if "seccomp" in _pool:
         return _pool["seccomp"]
     out = {"zygote": "", "signals": "", "why": ""}
     try:
         import pyseccomp
-        for key, names in (("zygote", DENIED_SYSCALLS), ("signals", SIGNAL_SYSCALLS)):
-            rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-            for name in names.split():
-                try:
-                    rules.add_rule(pyseccomp.ERRNO(1), name)
-                except (OSError, ValueError):
-                    # a syscall this architecture does not have
-                    pass
-            if key == "zygote":
-                for flag in NAMESPACE_FLAGS:
-                    has_flag = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag)
-                    rules.add_rule(pyseccomp.ERRNO(1), "clone", has_flag)
-                rules.add_rule(pyseccomp.ERRNO(38), "clone3")
+        zygote = pyseccomp.SyscallFilter(pyseccomp.ERRNO(38))
+        # a binary tree of syscall numbers, not a 250-instruction chain (libseccomp >= 2.5)
+        try:
+            zygote.set_attr(pyseccomp.Attr.CTL_OPTIMIZE, 2)
+        except (AttributeError, OSError, ValueError, RuntimeError):
+            pass
+        allowed = _add_rules(pyseccomp, zygote, pyseccomp.ALLOW, ALLOWED_SYSCALLS)
+        _add_rules(pyseccomp, zygote, pyseccomp.ERRNO(1), DENIED_SYSCALLS)
+        no_namespace = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, sum(NAMESPACE_FLAGS), 0)
+        zygote.add_rule(pyseccomp.ALLOW, "clone", no_namespace)
+        signals = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        _add_rules(pyseccomp, signals, pyseccomp.ERRNO(1), SIGNAL_SYSCALLS)
+        for key, rules in (("zygote", zygote), ("signals", signals)):
             fd = os.memfd_create("seccomp")
             rules.export_bpf(io.FileIO(fd, "w", closefd=False))
             out[key] = os.pread(fd, 1 << 20, 0).hex()
             os.close(fd)
-        out["why"] = f"{len(out['zygote']) // 16} BPF instructions from libseccomp"
+        out["why"] = (f"an allowlist of {allowed} syscalls, the rest ENOSYS or EPERM "
+                      f"({len(out['zygote']) // 16} BPF instructions from libseccomp)")
     except ImportError as e:
         out = {"zygote": "", "signals": "", "why": f"the pyseccomp binding is not installed ({e})"}
     # no libseccomp.so.2, ...
@@ -615,6 +623,19 @@ def seccomp_programs():
         out = {"zygote": "", "signals": "", "why": f"seccomp unavailable: {_describe(e)}"}
     _pool["seccomp"] = out
     return out
+
+
+def _add_rules(pyseccomp, rules, action, names):
+    """Add `action` for each syscall of `names` this architecture and libseccomp know -> how many."""
+    added = 0
+    for name in names.split():
+        try:
+            rules.add_rule(action, name)
+            added += 1
+        except (OSError, ValueError, RuntimeError):
+            # a syscall this architecture (or this libseccomp) does not have
+            pass
+    return added
 
 
 def _seccomp_load(program):
@@ -626,9 +647,40 @@ def _seccomp_load(program):
     return ctypes.addressof(_bpf[-1])
 
 
-ALLOWED_SYSCALLS = ""
-# Landlock leaves metadata (chmod ... xattr) alone; no sockets at all: no network even where no
-# network namespace could be made, no host UNIX sockets (Landlock does not cover connect)
+# Layer 7, what a zygote (once locked) and its children may call: what CPython and the C library
+# need to compute, read the interpreter's files, write within their folders, keep time, handle
+# their own signals, and what the zygote needs to fork, wait, clean up and drop a child's rights.
+# Measured on AZR's seeds and the benchmarks' canonical solutions (bench/syscalls_used.py: 36 used
+# on Linux 6.18 / glibc 2.36 / CPython 3.11), widened to their near kin (the *at forms, the time
+# and signal families). Files: Landlock and the mount namespace decide where. Not here: sockets,
+# namespaces, mounts, tracing, keys, BPF, io_uring, SysV/POSIX IPC, exec, chmod/chown/utime/xattr
+# (Landlock leaves metadata alone), handles, modules, clocks' setters, and every syscall newer
+# than this list.
+ALLOWED_SYSCALLS = (
+    # memory
+    "brk mmap munmap mremap mprotect madvise msync mincore "
+    # files and folders
+    "read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 open openat creat "
+    "close close_range lseek dup dup2 dup3 fcntl flock fsync fdatasync ftruncate truncate "
+    "fadvise64 sendfile copy_file_range stat fstat lstat newfstatat statx statfs fstatfs access "
+    "faccessat faccessat2 readlink readlinkat getdents getdents64 getcwd chdir fchdir mkdir "
+    "mkdirat rmdir unlink unlinkat rename renameat renameat2 link linkat symlink symlinkat umask "
+    "pipe pipe2 memfd_create eventfd eventfd2 ioctl poll ppoll select pselect6 epoll_create "
+    "epoll_create1 epoll_ctl epoll_wait epoll_pwait "
+    # time
+    "clock_gettime clock_getres clock_nanosleep nanosleep gettimeofday time times getrusage "
+    "setitimer getitimer alarm timer_create timer_settime timer_gettime timer_getoverrun "
+    "timer_delete "
+    # signals (to other processes: see SIGNAL_SYSCALLS, the uid drop and the PID namespace)
+    "rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigsuspend rt_sigtimedwait "
+    "sigaltstack pause kill tgkill tkill restart_syscall "
+    # this process
+    "exit exit_group wait4 waitid fork vfork getpid getppid gettid getuid geteuid getgid getegid "
+    "getgroups getresuid getresgid getpgrp getpgid getsid setuid capget capset prctl arch_prctl "
+    "set_tid_address set_robust_list get_robust_list rseq futex sched_yield sched_getaffinity "
+    "sched_getparam sched_getscheduler sched_get_priority_max sched_get_priority_min getcpu "
+    "getpriority uname sysinfo getrandom prlimit64 getrlimit setrlimit")
+# ... and of the rest, those that fail with EPERM (a clear "not permitted"), not ENOSYS
 DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick "
                    "move_mount open_tree mount_setattr ptrace process_vm_readv process_vm_writev "
                    "kcmp perf_event_open bpf userfaultfd keyctl add_key request_key io_uring_setup "
@@ -639,7 +691,7 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "fsetxattr removexattr lremovexattr fremovexattr socket socketpair "
                    "shmget shmat shmdt shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop "
                    "semctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr "
-                   "ipc")
+                   "ipc execve execveat pidfd_open pidfd_getfd pidfd_send_signal setsid setpgid")
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 # fork too: a child that stays root is exempt from NPROC
@@ -708,10 +760,13 @@ def _zygote_main(number, homes, uid_base, programs):
 def _load_libc():
     """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
     dlopen)."""
-    global _libc, _pyfork
+    global _libc, _pyfork, _caps
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
     _libc.prctl.argtypes = (ctypes.c_int,) + (ctypes.c_ulong,) * 4
+    # capset's arguments, made here: _LINUX_CAPABILITY_VERSION_3 for this process, every set empty
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    _caps = (header, (ctypes.c_uint32 * 6)())
 
 
 def _uid_drop(layers, uid):

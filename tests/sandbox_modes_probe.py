@@ -55,6 +55,11 @@ LOOK = ("import os\nseen = []\n"
         "print(len(seen))")
 
 
+# a child's effective, permitted and inheritable capabilities (capget)
+CAPS = ("import ctypes\nlibc = ctypes.CDLL(None)\nheader = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+        "data = (ctypes.c_uint32 * 6)()\nlibc.capget(header, data)\nprint(sum(data))")
+
+
 def leftovers():
     """PLANT, then an honest job and LOOK; RENAME, then an honest job: on one zygote -> what the
     three later jobs printed (or their errors)."""
@@ -94,7 +99,8 @@ def main():
     checks = verify.execute([{"code": "print(open('/etc/hostname').read())"},
                              {"code": "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
                                       "s.connect(('127.0.0.1', 1))"},
-                             {"code": "import os\nprint(os.getuid())"}])
+                             {"code": "import os\nprint(os.getuid())"},
+                             {"code": CAPS}])
     state = leftovers()
     # issue 22, class 3: a validity check's two runs see different pids (a PID namespace per
     # zygote counts from its own random start each job)
@@ -105,7 +111,8 @@ def main():
                       "why": lay["why"], "leaked": SECRET_TEXT in text, "intact": intact,
                       "public": sorted(os.listdir(public)), "runs": len(results),
                       "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],
-                      "child_uid": checks[2]["stdout"].strip(), "state": state, "pids": pids}))
+                      "child_uid": checks[2]["stdout"].strip(),
+                      "child_caps": checks[3]["stdout"].strip() or checks[3]["error"], "state": state, "pids": pids}))
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     # folder renamed) reaches the next job on its zygote, which runs
     assert report["state"] == ["honest", "0", "honest"], report
     assert len(set(report["pids"])) == 4, report
+    # no capability in a child, in any mode (a user namespace's included)
+    assert report["child_caps"] == "0", report
     # Landlock: nothing readable outside the interpreter's folders
     assert not report["etc_readable"]
     if lay["network_namespace"]:
