@@ -87,10 +87,13 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
-# loaded in every zygote; not socket, subprocess, shutil: see _GuardHook
-PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq",
-           "bisect", "json", "typing", "dataclasses", "fractions", "decimal", "statistics", "copy",
-           "operator", "enum", "array", "numbers", "textwrap", "unicodedata", "queue")
+# the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
+# widened to the pure computing modules of the standard library), loaded in every zygote: a
+# validation or grading child may import nothing else (_audit)
+ALLOWED_MODULES = ("collections collections.abc itertools functools operator math cmath "
+                   "statistics fractions decimal numbers heapq bisect array copy string re "
+                   "textwrap unicodedata typing enum json json.decoder json.encoder json.scanner "
+                   "queue abc struct base64 binascii zlib difflib graphlib keyword").split()
 GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
                "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid "
                "setpgid fchdir chdir execv execve execl execle execlp execlpe execvp execvpe "
@@ -138,6 +141,8 @@ def _evaluate(job, exec_=exec, eval_=eval):
     arguments = []
     for encoding in job.get("args", ()):
         arguments.append(decode(encoding))
+    if job.get("audit"):
+        _watch(job)
     ns = {"__name__": "__main__"}
     exec_(job["code"], ns)
     values = []
@@ -148,6 +153,59 @@ def _evaluate(job, exec_=exec, eval_=eval):
         for args, kwargs in arguments:
             values.append(_encoded(f(*args, **kwargs)))
     return values
+
+
+# Layer 3 for model programs (validation and grading jobs: job["audit"], run by model zygotes),
+# from just before the program runs: an audit hook (sys.addaudithook: Python code cannot remove
+# one) that lets through only what computing needs, over a sys.modules holding only the allowed
+# modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
+# is an import the hook sees and refuses.
+# Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
+_AUDIT_PASS = {"builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"}
+_AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases__",
+                   "__defaults__", "__kwdefaults__"}
+# the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
+_NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
+# the job's own code objects, and whether the next exec is of a compile allowed just before
+_audit_state = {"ours": (), "granted": False}
+
+
+def _watch(job):
+    """Start layer 3 in a validation or grading child (see _audit; its zygote kept only the allowed
+    modules in sys.modules: _models_only)."""
+    _audit_state["ours"] = (job["code"], *job.get("calls", ()))
+    sys.addaudithook(_audit)
+
+
+def _audit(event, args):
+    """The audit hook of layer 3: returns for what computing needs, raises for the rest (an import
+    of a module not allowed, open, compile, exec of code that is not the job's, a code object or
+    function made, a frame, a restricted attribute read such as gi_frame or __code__, os / ctypes /
+    socket / marshal / gc / ... events). sys._getframe raises ValueError, which typing, enum and
+    namedtuple catch."""
+    if event in _AUDIT_PASS:
+        return
+    if event == "exec":
+        ours = any(args[0] is code for code in _audit_state["ours"])
+        if ours or _audit_state["granted"]:
+            _audit_state["granted"] = False
+            return
+    elif event == "compile":
+        # eval hands the hook its text as UTF-8 bytes
+        source = args[0]
+        if type(source) is bytes:
+            source = source.decode("utf-8", "replace")
+        if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
+            _audit_state["granted"] = True
+            return
+    # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
+    # function's __code__ nor an object's __class__
+    elif event in ("object.__setattr__", "object.__delattr__"):
+        if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
+            return
+    elif event == "sys._getframe":
+        raise ValueError("no frames in the sandbox")
+    raise RuntimeError(f"not allowed in the sandbox: {event}")
 
 
 def _encoded(value):
@@ -699,7 +757,7 @@ SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_op
                    "pidfd_send_signal pidfd_getfd fork vfork clone")
 
 
-def _zygote_main(number, homes, uid_base, programs):
+def _zygote_main(number, homes, uid_base, programs, kind="model"):
     """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
     layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
     job until EOF. `programs`: seccomp_programs() of the parent."""
@@ -718,10 +776,10 @@ def _zygote_main(number, homes, uid_base, programs):
     layers = _namespaces(repo, homes)
     uid = _uid_drop(layers, uid_base + number % 100_000)
     # inherited by every child
-    for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(kind, (value, value))
+    for limit, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
     base, jobs = _jobs_folder(layers)
-    for name in PRELOAD:
+    for name in ALLOWED_MODULES:
         __import__(name)
     # user code must not import the repo's modules: not from the folder, and not encoding.py, loaded
     # (this module keeps the functions it took from it)
@@ -742,6 +800,10 @@ def _zygote_main(number, homes, uid_base, programs):
     _guard()
     sys.meta_path.insert(0, _GuardHook)
     _warm_up()
+    hello["modules"] = len(sys.modules)
+    if kind == "model":
+        _models_only()
+        hello["modules"] = len(sys.modules)
     # keep the collector off the zygote's pages in children
     gc.freeze()
     # the zygote enters the domain itself: children inherit it, free
@@ -755,6 +817,37 @@ def _zygote_main(number, homes, uid_base, programs):
         raise OSError("seccomp filter refused")
     _write_all(replies, (json.dumps(hello) + "\n").encode())
     _serve(requests, replies, jobs, uid)
+
+
+# codecs a model program may name (str.encode looks them up by importing encodings.<name>): looked up
+# once in a model zygote, whose children may import nothing
+CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
+          "utf-32-le", "utf-32-be", "cp1252", "cp437", "unicode_escape", "raw_unicode_escape",
+          "utf-7", "idna", "punycode", "rot13", "hex", "base64")
+
+
+def _models_only():
+    """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
+    codecs' and warnings (children import nothing: _audit refuses it), so that os, sys, ctypes,
+    builtins ... loaded here are imports, which the hook sees, not lookups; and the hook's own code
+    is made ready (quickened) here rather than written in every child."""
+    import codecs
+    for name in CODECS:
+        codecs.lookup(name)
+    keep = set()
+    for name in ALLOWED_MODULES:
+        keep.add(name.split(".")[0])
+    for name in list(sys.modules):
+        top = name.split(".")[0]
+        if top.lstrip("_") in keep or top in ("encodings", "codecs", "_codecs", "warnings"):
+            continue
+        del sys.modules[name]
+    code = compile("0", "<w>", "eval")
+    _audit_state["ours"] = (code,)
+    for _ in range(9):
+        _audit("builtins.id", (0,))
+        _audit("exec", (code,))
+    _audit_state["ours"] = ()
 
 
 def _load_libc():
@@ -1121,11 +1214,13 @@ def _rmtree(path):
 # --------------------------------------------------------------------------- parent side (the pool)
 
 # the calling process's pool of zygotes ("pid": the process that started them)
-_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": _thread.allocate_lock()}
+_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "kind": "model",
+         "lock": _thread.allocate_lock()}
 
 
-def _start(family):
-    """Launch one zygote with a fresh scrubbed environment and its own hash seed."""
+def _start(family, kind):
+    """Launch one zygote of `kind` ("model": model programs, "code": benchmark code) with a fresh
+    scrubbed environment and its own hash seed."""
     # parent only: zygotes never load it (see _GuardHook)
     import subprocess
     # 0 would turn hash randomisation off
@@ -1136,10 +1231,11 @@ def _start(family):
     _pool["count"] += 1
     argv = [sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
             str(_pool["count"]), json.dumps(_homes()), str(_pool["uid_base"]),
-            json.dumps(seccomp_programs()), *_site_folders()]
+            json.dumps(seccomp_programs()), kind, *_site_folders()]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
-    return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
+    return {"proc": proc, "family": family, "kind": kind, "buf": b"", "jobs": [], "deadline": 0.0,
+            "hello": None}
 
 
 def _homes():
@@ -1177,7 +1273,7 @@ def _hello(worker):
     line = worker["proc"].stdout.readline()
     if not line:
         raise RuntimeError("sandbox worker failed to start; "
-                           "`python sandbox.py --worker 1 [] 0 {}` shows why")
+                           "`python sandbox.py --worker 1 [] 0 {} model` shows why")
     worker["hello"] = json.loads(line)
     return worker
 
@@ -1208,24 +1304,26 @@ def _stop(worker):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _ensure():
+def _ensure(kind):
+    """The pool's zygotes of `kind` started (two families of WORKERS_PER_FAMILY) and alive."""
     # first use, or we are a forked copy of the process that had it
     if _pool["pid"] != os.getpid():
         # children's uids: a random range per pool, so no child of another pool (another trainer)
         # shares one
         uid_base = (1 << 20) + int.from_bytes(os.urandom(4), "little") % (1 << 30)
         _pool.update(pid=os.getpid(), workers=[], uid_base=uid_base)
+    if not any(w["kind"] == kind for w in _pool["workers"]):
         # start them all, then wait for each to be ready
         started = []
         for family in (0, 1):
             for _ in range(WORKERS_PER_FAMILY):
-                started.append(_start(family))
-        _pool["workers"] = [_hello(w) for w in started]
+                started.append(_start(family, kind))
+        _pool["workers"] += [_hello(w) for w in started]
     # died while idle (killed from outside): replace before use
     for n, w in enumerate(_pool["workers"]):
         if w["proc"].poll() is not None:
             _stop(w)
-            _pool["workers"][n] = _hello(_start(w["family"]))
+            _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
 
 
 def _pack(job, cache):
@@ -1258,8 +1356,18 @@ def run(jobs):
     None) picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in
     order."""
     results = [None] * len(jobs)
+    # model programs (validation and grading: job["audit"]) and benchmark code run in zygotes of
+    # their own (see _zygote_main)
+    kind = "code"
+    if any(job.get("audit") for job in jobs):
+        kind = "model"
+        if not all(job.get("audit") for job in jobs):
+            raise ValueError("a run holds either model programs (audit) or benchmark code")
+    if not jobs:
+        return results
     with _pool["lock"]:
-        _ensure()
+        _ensure(kind)
+        _pool["kind"] = kind
         queues = {0: [], 1: [], None: []}
         for i in reversed(range(len(jobs))):
             queues[jobs[i].get("family")].append(i)
@@ -1270,7 +1378,7 @@ def run(jobs):
             for n, w in enumerate(_pool["workers"]):
                 if w["jobs"]:
                     _stop(w)
-                    _pool["workers"][n] = _hello(_start(w["family"]))
+                    _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
     return results
 
 
@@ -1297,7 +1405,8 @@ def _feed(jobs, results, queues, cache, packed):
     rounds = []
     for depth in (1, 2):
         for worker in _pool["workers"]:
-            rounds.append((depth, worker))
+            if worker["kind"] == _pool["kind"]:
+                rounds.append((depth, worker))
     for depth, w in rounds:
         while len(w["jobs"]) < depth:
             queue = queues[w["family"]] or queues[None]
@@ -1394,7 +1503,7 @@ def _replace(n, worker, jobs, queues):
         queues[jobs[i].get("family")].append(i)
     worker["jobs"] = []
     _stop(worker)
-    _pool["workers"][n] = _hello(_start(worker["family"]))
+    _pool["workers"][n] = _hello(_start(worker["family"], worker["kind"]))
 
 
 def _parse_answer(line, calls):
@@ -1430,8 +1539,8 @@ def layers():
     for each layer, "why": {layer: the reason it is on or off}, "hidden_dirs", "workers" [(pid, hash
     seed)]."""
     with _pool["lock"]:
-        _ensure()
-        hellos = [w["hello"] for w in _pool["workers"]]
+        _ensure("model")
+        hellos = [w["hello"] for w in _pool["workers"] if w["kind"] == "model"]
     out = {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True}
     why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
            "rlimits": "memory, CPU, no file bytes, 64 fds per child",
@@ -1460,7 +1569,7 @@ def zygotes():
     "family"}]."""
     out = []
     for w in _pool["workers"]:
-        out.append({"pid": w["proc"].pid, "family": w["family"]})
+        out.append({"pid": w["proc"].pid, "family": w["family"], "kind": w["kind"]})
     return out
 
 
@@ -1478,6 +1587,6 @@ atexit.register(shutdown)
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
     # site-packages without running .pth files (-S: ~4 MB less to fork)
-    sys.path += sys.argv[6:]
+    sys.path += sys.argv[7:]
     _zygote_main(int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]),
-                 json.loads(sys.argv[5]))
+                 json.loads(sys.argv[5]), sys.argv[6])

@@ -17,95 +17,57 @@ fence, input = first `input` fence, code_f keeps the last 10 `input` fences and 
 whole answer, as AZR).
 
 Validity [ours where it fixes docs/azr.md §9]: parses; entry = `f`, or the only top-level def (renamed
-to f on the token stream); helpers, nested defs and classes allowed; passes the static screen; an
-input of 8+ chars is not pasted into the program; two runs in two separately started interpreters
-(different hash seeds) succeed within the time limit and agree on the repr and encoding; the value
-is plain (builtin, collections, fractions, decimal types), its repr has at most 2,000 chars and
-evaluates back to an equal value with the program's imports in scope (plus
-Counter/OrderedDict/deque, Fraction, Decimal when their module is imported); code_f also: >= 10
-input fences, a message that is non-empty and does not contain the program, >= 2 distinct outputs.
-Multi-line inputs work (calls are compiled as `f(\n<input>\n)` expressions, never pasted on one
-line).
+to f on the token stream); helpers, nested defs and classes allowed; passes the static screen
+(screen.py); an input of 8+ chars is not pasted into the program; program, inputs and message are
+valid UTF-8 text; two runs in two separately started interpreters (different hash seeds, clocks,
+pids, folders: sandbox.py) succeed within the time limit and agree on the encoding; the value is
+plain (builtin, collections, fractions, decimal types) and its repr, made here from the decoded
+value (shown_output), has at most 2,000 chars and evaluates back to an equal value with the
+program's imports in scope (plus Counter/OrderedDict/deque/defaultdict, Fraction, Decimal when their
+module is imported); code_f also: 10 to 64 inputs, a message that is non-empty and does not contain
+the program, >= 2 distinct outputs. Multi-line inputs work.
+
+How f is called [ours; issue 22]: the same way in validation and grading, so f cannot tell them
+apart. Each input becomes plain data first: a literal is read here (ast.literal_eval, nothing
+runs), anything else is evaluated in a child of its own with the program in scope (as AZR allows
+`f(3) + f(33)`), in both families for validity (they must agree). f is then called on the decoded
+arguments from the sandbox's own code in a fresh child, with the program's own globals, every
+input in order (code_f students too: the hidden half is compared).
 
 Golds and grading [ours; design §3 "verdicts are decided outside the untrusted process"]: a valid
 proposal gets "gold", the canonical encoding of its value(s) (encoding.py; plain JSON data,
 stored with the problem). Children never see a gold: they run the answer and send back its value's
-encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: the
-answer evaluated with the program's imports but not f; code_i: the answer's arguments evaluated
-(plain values only; f in scope, as AZR), then f on them in a fresh child (so nothing the answer did,
-such as claim f's value, which the prompt shows, survives); code_f: the student's program on the
-hidden inputs (the teacher program's imports prepended). Problems from before golds: add_golds.
+encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: a
+literal answer read here, another evaluated with the program's imports but not f; code_i: the
+answer's arguments as above, then f on them; code_f: the student's program (the teacher program's
+imports prepended, screened as one text) on every input. Problems from before golds: add_golds.
 
-Static screen (layer 1): banned imports (AZR's list + the design's, dotted components), banned names
-(eval, exec, open, vars, ... unless the program binds the name), escape hatches (__globals__,
-__bases__, ... plus __dict__, __class__, __setattr__, __delattr__ [ours]) as attributes, names or
-inside strings, getattr & co. only with a constant non-dunder name, no assignment or deletion
-through an imported name or a call (no monkey-patching of library classes that grading compares
-with), getattr & co. and imported modules only used directly (no aliases), no locals(), no banned
-names imported with `from` or read by `match` class patterns. A validity rule and a speed bump, not
-a wall: no guarantee rests on it; `execute` (benchmark code, which imports os/sys freely) skips it.
-Layers 2-7: sandbox.py docstring and `python verify.py layers`; require_isolation stops a trainer
-without filesystem isolation.
+Layer 1, the static screen, is screen.py (an import allowlist, no introspection, the text that runs
+is the text screened); layers 2-7 are sandbox.py's (`python verify.py layers`); require_isolation
+stops a trainer without filesystem isolation. `execute` (benchmark code, which imports os/sys
+freely) skips the screen and the audit hook.
 """
 import argparse
 import ast
-import io
 import json
 import math
 import re
 import sys
-import tokenize
-import warnings
 
 from collections import Counter, OrderedDict, defaultdict, deque
 from decimal import Decimal
 
 import prompts
 import sandbox
+import screen
 # the canonical encoding of values (a child's results and the golds), decoded here to judge
-from encoding import MAX_UNITS, decode, encode
+from encoding import decode
 
 TASKS = ("code_i", "code_o", "code_f")
 N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the first half
-MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
-MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
-MAX_INPUT = 20_000       # chars of an input or a code_o answer
 MAX_INPUTS = 64          # inputs of a code_f problem
-# AZR's list, the design's additions, then ours (the C twins of banned modules, modules that run code
-# given as a string or reach sys.modules): what teacher prompts list
-BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
-                    "hashlib hmac bcrypt calendar os sys socket shutil ctypes importlib signal "
-                    "asyncio pathlib io builtins gc inspect secrets uuid tempfile glob pickle "
-                    "marshal resource posix _io _socket _thread _signal _posixsubprocess _ctypes "
-                    "fcntl pty mmap code codeop runpy timeit cProfile profile pdb bdb trace "
-                    "pkgutil zipimport __main__ sandbox verify").split())
-# [ours] and file readers, frame walkers and the like of the stdlib, screened but not listed (a
-# prompt is the same length as before)
-BANNED_IMPORTS = set(("compileall dbm ensurepip fileinput ftplib grp http imaplib linecache "
-                      "mailbox poplib pwd py_compile select selectors shelve site smtplib "
-                      "socketserver sqlite3 sysconfig tarfile termios traceback tty urllib venv "
-                      "webbrowser xmlrpc zipapp zipfile").split()) | BANNED_SHOWN
-# [ours] attributes: banned modules reached through others (typing.sys.modules, codecs.open), then
-# the stdlib's attribute readers, frame walkers and file readers
-BANNED_ATTRS = BANNED_IMPORTS | {"modules", "_sys", "_os", "ctypeslib", "open", "attrgetter",
-                                 "methodcaller", "Formatter", "get_field", "bltn_open",
-                                 "walk_stack", "walk_tb", "capture_locals", "f_builtins",
-                                 "getline", "getlines", "FileIO"}
-BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
-                    "vars").split())
-ESCAPES = set(("__builtins__ __subclasses__ __bases__ __base__ __mro__ __globals__ __code__ "
-               "__closure__ __getattribute__ __loader__ __spec__ f_globals f_locals f_back "
-               "f_builtins tb_frame gi_frame cr_frame ag_frame __dict__ __class__ __setattr__ "
-               "__delattr__ __self__").split())
-ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
-_ESCAPE_RE = re.compile("|".join(sorted(ESCAPES)))
-# [ours] classes whose repr is their bare name: in scope for round-trip checks and answers whenever
-# the program imports their module in any form (`import collections` + a Counter output, as in one
-# AZR seed)
-REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque, defaultdict",
-              "fractions": "from fractions import Fraction",
-              "decimal": "from decimal import Decimal"}
+MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
 
 # ------------------------------------------------------------------------------------------ prompts
 
@@ -121,14 +83,14 @@ def teacher_prompt(task, references, program=None):
     """Full teacher prompt (the text is in prompts.py). code_i/code_o: `references` = archive
     problems {"program","input","output"} (K of them, may be empty); code_f: `program` = the archive
     program to write inputs for."""
-    return prompts.teacher_prompt(_task(task), references, program, BANNED_SHOWN, N_INPUTS)
+    return prompts.teacher_prompt(_task(task), references, program, screen.BANNED_SHOWN, N_INPUTS)
 
 
 def student_prompt(task, problem):
     """Full student prompt (the text is in prompts.py). code_i/code_o: problem
     {"program","input","output"}; code_f: {"program","inputs","outputs","message"}, of which the
     first half of the pairs is shown (the rest is hidden for grading)."""
-    return prompts.student_prompt(_task(task), problem, BANNED_SHOWN)
+    return prompts.student_prompt(_task(task), problem, screen.BANNED_SHOWN)
 
 
 # a markdown fence, as the prompts write them (tinyworld.py builds its transcripts with it)
@@ -204,324 +166,11 @@ def parse_student(task, response):
 
 
 # ------------------------------------------------------------------ static screen and normalisation
+# (layer 1: screen.py; these names stay here for callers of verify)
 
-class Invalid(Exception):
-    """A proposal or attempt rejected before it runs; the message is the reason."""
-
-
-def _root(node):
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
-        node = node.value
-    return node
-
-
-def _nodes(tree):
-    """All nodes of a tree but the Load/Add/... markers (a third of them; the screen reads them
-    through their parent), iteratively (model text can nest past the recursion limit); ~2x faster
-    than ast.walk."""
-    out, stack, node_type = [], [tree], ast.AST
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if type(value) is list:
-                stack += [v for v in value if isinstance(v, node_type)]
-            elif isinstance(value, node_type) and not isinstance(value, _MARKERS):
-                stack.append(value)
-    return out
-
-
-def _screen(tree):
-    """Layer 1: raise Invalid for banned imports, names, escape hatches and monkey-patching;
-    returns the nodes."""
-    nodes = _nodes(tree)
-    imported, bound, modules, direct = _bindings(nodes)
-    _check_uses(nodes, imported, bound, modules, direct)
-    return nodes
-
-
-def _bindings(nodes):
-    """The screen's first pass: raise Invalid for a banned import; -> (names imported, names the
-    program binds, modules imported with `import`, ids of the nodes used directly: `x` in `x.attr`
-    and in `x(...)`)."""
-    imported, bound, modules, direct = set(), set(), set(), set()
-    # exact types (ast.parse output), most frequent first
-    for node in nodes:
-        kind = type(node)
-        if kind is ast.Name:
-            if type(node.ctx) is not ast.Load:
-                bound.add(node.id)
-        elif kind is ast.Attribute:
-            # a module's name as `module.x` (not an alias of it)
-            direct.add(id(node.value))
-        elif kind is ast.Call:
-            # getattr & co. as `getattr(...)` (not an alias of it)
-            direct.add(id(node.func))
-        elif kind is ast.arg:
-            bound.add(node.arg)
-        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-            bound.add(node.name)
-        elif kind in (ast.Import, ast.ImportFrom):
-            if kind is ast.ImportFrom and (node.level or not node.module):
-                raise Invalid("relative import")
-            words = []
-            if kind is ast.ImportFrom:
-                words.append(node.module)
-            for alias in node.names:
-                words.append(alias.name)
-                imported.add(alias.asname or alias.name.split(".")[0])
-                if kind is ast.Import:
-                    modules.add(alias.asname or alias.name.split(".")[0])
-                name = alias.name
-                if kind is not ast.ImportFrom:
-                    continue
-                if name in BANNED_ATTRS or name in ESCAPES or name in ATTR_CALLS:
-                    raise Invalid(f"banned import: {name}")
-            # every dotted component: `import xml.os` is as banned as `import os`
-            parts = set()
-            for module in words:
-                parts.update(module.split("."))
-            for word in parts & BANNED_IMPORTS:
-                raise Invalid(f"banned import: {word}")
-    return imported, bound, modules, direct
-
-
-def _check_uses(nodes, imported, bound, modules, direct):
-    """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
-    attribute or string, getattr & co. or a module used other than directly, an attribute call with
-    a name that is not a constant allowed one, and monkey-patching."""
-    for node in nodes:
-        kind = type(node)
-        if kind is ast.Name:
-            if node.id in ESCAPES or (node.id in BANNED_NAMES and node.id not in bound):
-                raise Invalid(f"banned name: {node.id}")
-            if node.id in ATTR_CALLS and node.id not in bound and id(node) not in direct:
-                raise Invalid(f"{node.id} only as a direct call")
-            if node.id in modules and id(node) not in direct:
-                raise Invalid(f"the module {node.id} used as a value")
-        elif kind is ast.Attribute:
-            if node.attr in ESCAPES or node.attr in BANNED_ATTRS:
-                raise Invalid(f"banned attribute: {node.attr}")
-        # `case str(__class__=c)` reads an attribute too
-        elif kind is ast.MatchClass:
-            for name in node.kwd_attrs:
-                if name in ESCAPES or name in BANNED_ATTRS:
-                    raise Invalid(f"banned attribute: {name}")
-        elif kind is ast.Constant:
-            if isinstance(node.value, str) and _ESCAPE_RE.search(node.value):
-                found = _ESCAPE_RE.search(node.value).group()
-                raise Invalid(f"banned name in a string: {found}")
-        elif kind is ast.Call:
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in ATTR_CALLS and func.id not in bound:
-                _check_attribute_call(node, imported)
-        elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
-            _check_targets(node, imported)
-
-
-def _check_attribute_call(node, imported):
-    """getattr & co. only with a constant attribute name that is neither a dunder nor banned
-    (getattr(codecs, "sys")); setattr and delattr never on an imported module."""
-    name = None
-    if len(node.args) > 1:
-        name = node.args[1]
-    constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
-    if not constant or name.value.startswith("__") or name.value in BANNED_ATTRS:
-        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
-    root = _root(node.args[0])
-    if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name):
-        if root.id in imported:
-            raise Invalid("modifies an imported module")
-
-
-def _check_targets(node, imported):
-    """No assignment or deletion through an imported name or a call (`math.pi = 3`, `f().x = 1`):
-    no monkey-patching of library classes that grading compares with."""
-    if type(node) in (ast.Assign, ast.Delete):
-        targets = node.targets
-    else:
-        targets = [node.target]
-    for target in targets:
-        elements = [target]
-        if isinstance(target, (ast.Tuple, ast.List)):
-            elements = target.elts
-        for element in elements:
-            root = _root(element)
-            if element is not root and (not isinstance(root, ast.Name) or root.id in imported):
-                raise Invalid("modifies an imported module (or assigns through a call)")
-
-
-def quiet(parse, *args, **kwargs):
-    """parse(*args, **kwargs) (ast.parse, compile, tokenize ... of model text) with the warnings
-    it raises dropped: `1if x`, `"\\d"`, `x is 1` warn at parse or compile time, and model text
-    must never print on the console, where it reads like an error of ours."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return parse(*args, **kwargs)
-
-
-def _parse(text, mode="exec"):
-    try:
-        return quiet(ast.parse, text, mode=mode)
-    except SyntaxError as e:
-        raise Invalid(f"syntax error: {e.msg} (line {e.lineno})")
-    except (ValueError, RecursionError, MemoryError) as e:
-        raise Invalid(f"does not parse: {type(e).__name__}")
-
-
-def prepare_program(program):
-    """-> (program with its entry function renamed to f, text of all its import statements). Raises
-    Invalid."""
-    program, imports, _ = _prepare(program)
-    return program, imports
-
-
-def _prepare(program):
-    """prepare_program -> (program, imports, the top-level modules it imports)."""
-    if not isinstance(program, str) or not program.strip():
-        raise Invalid("empty program")
-    if len(program) > MAX_PROGRAM:
-        raise Invalid(f"program longer than {MAX_PROGRAM} chars")
-    tree = _parse(program)
-    entry = _entry(tree)
-    if isinstance(entry, ast.AsyncFunctionDef):
-        raise Invalid("the entry function is async")
-    import_nodes = []
-    for node in _screen(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            import_nodes.append(node)
-    imports, modules = _imports_text(import_nodes)
-    if entry.name == "f":
-        return program, imports, modules
-    return _rename_to_f(program, entry.name), imports, modules
-
-
-def _entry(tree):
-    """The entry function: the top-level def named f, else the only top-level def. Raises
-    Invalid."""
-    defs = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defs.append(node)
-    for node in defs:
-        if node.name == "f":
-            return node
-    if not defs:
-        raise Invalid("no top-level function")
-    if len(defs) > 1:
-        raise Invalid("several top-level functions and none is named f")
-    return defs[0]
-
-
-def _imports_text(nodes):
-    """A program's Import/ImportFrom nodes -> (its import statements, one a line without repeats,
-    then REPR_NAMES's line for each module imported in any form that has one; the top-level modules
-    it imports)."""
-    lines, modules = [], set()
-    for node in nodes:
-        lines.append(ast.unparse(node))
-        for alias in node.names:
-            if isinstance(node, ast.ImportFrom):
-                modules.add(node.module.split(".")[0])
-            else:
-                modules.add(alias.name.split(".")[0])
-    for module in sorted(modules):
-        if module in REPR_NAMES:
-            lines.append(REPR_NAMES[module])
-    return "\n".join(dict.fromkeys(lines)), modules
-
-
-def _rename_to_f(program, name):
-    """Rename the entry function `name` to f on the token stream, so comments and layout stay:
-    every NAME token `name` that does not follow a dot. Raises Invalid when `f` is used already."""
-    lines, spots, previous = program.splitlines(keepends=True), [], None
-    tokens = quiet(list, tokenize.generate_tokens(io.StringIO(program).readline))
-    for token in tokens:
-        after_dot = previous is not None and previous.string == "."
-        if token.type == tokenize.NAME and token.string in (name, "f") and not after_dot:
-            if token.string == "f":
-                raise Invalid("the name f is already used for something else")
-            spots.append(token.start)
-        if token.type not in (tokenize.NL, tokenize.COMMENT):
-            previous = token
-    for row, col in reversed(spots):
-        line = lines[row - 1]
-        lines[row - 1] = line[:col] + "f" + line[col + len(name):]
-    return "".join(lines)
-
-
-# what a child evaluates an input that is not a literal with, in place of f: (args, kwargs)
-PACK = "(lambda *args, **kwargs: (args, kwargs))"
-
-
-def arguments(inputs):
-    """Input text (an argument list, may span lines) -> (encoding, None): the plain-data encoding of
-    (args, kwargs) when every argument is a literal (read here by ast.literal_eval: nothing runs);
-    else (None, source): the screened text of an expression a child evaluates (with the program, f
-    included, in scope, as AZR allows `f(3) + f(33)`) to (args, kwargs). Either way f itself is
-    later called on decoded plain data, in validation and grading alike. Raises Invalid."""
-    if not isinstance(inputs, str) or not inputs.strip():
-        raise Invalid("empty input")
-    if len(inputs) > MAX_INPUT:
-        raise Invalid(f"input longer than {MAX_INPUT} chars")
-    source = f"f(\n{inputs}\n)"
-    tree = _parse(source, "eval")
-    call = tree.body
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
-        raise Invalid("input is not an argument list")
-    _screen(tree)
-    try:
-        args = []
-        for node in call.args:
-            args.append(_literal_node(node))
-        kwargs = {}
-        for keyword in call.keywords:
-            if keyword.arg is None:
-                raise ValueError("**kwargs")
-            kwargs[keyword.arg] = _literal_node(keyword.value)
-    except ValueError:
-        pack = PACK + source[1:]
-        _screen(_parse(pack, "eval"))
-        return None, pack
-    return _plain((tuple(args), kwargs), "input"), None
-
-
-def answer_value(answer):
-    """A code_o answer (an expression) -> (encoding, None) for a literal (read here, nothing runs),
-    else (None, its screened source, evaluated by a child with the program's imports). Raises
-    Invalid."""
-    if not isinstance(answer, str) or not answer.strip():
-        raise Invalid("empty answer")
-    if len(answer) > MAX_INPUT:
-        raise Invalid(f"answer longer than {MAX_INPUT} chars")
-    source = f"(\n{answer}\n)"
-    tree = _parse(source, "eval")
-    _screen(tree)
-    try:
-        return _plain(_literal_node(tree.body), "answer"), None
-    except ValueError:
-        return None, source
-
-
-def _literal_node(node):
-    """The value of a literal's AST node (ast.literal_eval: builds, runs nothing); ValueError for
-    anything else (names, calls, operators but the unary and complex ones, *args)."""
-    try:
-        return quiet(ast.literal_eval, node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
-        raise ValueError(f"not a literal ({type(e).__name__})") from None
-
-
-def _plain(value, what):
-    """A value read here -> its encoding as plain data (what a child's JSON line parses to). Raises
-    Invalid when it cannot be encoded (too large, too deep)."""
-    parts = []
-    try:
-        encode(value, parts, [MAX_UNITS])
-    except (ValueError, RecursionError) as e:
-        raise Invalid(f"{what}: {e}") from None
-    return json.loads("".join(parts))
+Invalid = screen.Invalid
+prepare_program = screen.prepare_program
+quiet = screen.quiet
 
 
 # ----------------------------------------------------------------------------- validity and grading
@@ -553,13 +202,13 @@ def _proposal(task, p):
     # what reaches a prompt must be text a tokenizer can encode
     for text in [p["program"], p.get("message", "")] + inputs:
         _utf8(text)
-    program, imports, modules = _prepare(p["program"])
+    program, imports, modules = screen.prepare(p["program"])
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
     entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules}
     for k, x in enumerate(inputs):
-        encoding, pack = arguments(x)
+        encoding, pack = screen.arguments(x)
         entry["args"].append(encoding)
         if pack is not None:
             entry["packs"].append((k, pack))
@@ -587,7 +236,7 @@ def _call_f(entries, families, timeout):
             continue
         for family in families:
             first.append({"code": e["pack_code"], "calls": [t for _, t in e["packs"]],
-                          "family": family, "timeout": timeout})
+                          "family": family, "timeout": timeout, "audit": True})
         owners.append(n)
     failed = {}
     runs = sandbox.run(first)
@@ -602,7 +251,7 @@ def _call_f(entries, families, timeout):
             continue
         for family in families:
             second.append({"code": e["code"], "args": e["args"], "family": family,
-                           "timeout": timeout})
+                           "timeout": timeout, "audit": True})
         owners.append(n)
     runs = sandbox.run(second)
     out = {}
@@ -735,31 +384,31 @@ def _attempt(task, a):
         if not 2 <= n <= MAX_INPUTS or len(a["outputs"]) != n or len(a["gold"]) != n:
             raise Invalid("bad request: inputs, outputs and gold must be lists of the same length "
                           f">= 2 and <= {MAX_INPUTS}")
-        teacher, gold_imports, _ = _prepare(a["program"])
-        student = _prepare(a["answer"])[0]
+        teacher, gold_imports, _ = screen.prepare(a["program"])
+        student = screen.prepare(a["answer"])[0]
         # the teacher program's imports prepended (as AZR), screened as the one text that runs
-        code = _prepare(gold_imports + "\n" + student)[0]
+        code = screen.prepare(gold_imports + "\n" + student)[0]
         entry = {"code": code, "pack_code": teacher, "args": [], "packs": []}
         for k, x in enumerate(a["inputs"]):
             if not isinstance(x, str):
                 raise Invalid("bad request: inputs must be strings")
-            encoding, pack = arguments(x)
+            encoding, pack = screen.arguments(x)
             entry["args"].append(encoding)
             if pack is not None:
                 entry["packs"].append((k, pack))
         # called on every input, in order, as in validation; the hidden half is compared
         return entry, None, slice(n // 2, n), a["gold"][n // 2:]
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
-    program, imports, _ = _prepare(a["program"])
+    program, imports, _ = screen.prepare(a["program"])
     # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
-        encoding, source = answer_value(a["answer"])
+        encoding, source = screen.answer_value(a["answer"])
         if source is None:
             return None, [encoding], slice(0, 1), [a["gold"]]
-        job = {"code": imports, "calls": [source]}
+        job = {"code": imports, "calls": [source], "audit": True}
         return job, None, slice(0, 1), [a["gold"]]
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it
-    encoding, pack = arguments(a["answer"])
+    encoding, pack = screen.arguments(a["answer"])
     entry = {"code": program, "pack_code": program, "args": [encoding], "packs": []}
     if pack is not None:
         entry["packs"].append((0, pack))
@@ -816,7 +465,7 @@ def shown_output(encoding, modules):
     """The repr students see of a value: made here, from the decoded gold with the real classes (so
     it is the value's true repr, whatever the program did to a class's __repr__) -> text. Raises
     Invalid when it would not evaluate back to an equal value with the program's imports in scope
-    (`modules`: the top-level modules it imports; REPR_NAMES), as AZR's outputs must: nan or inf,
+    (`modules`: the top-level modules it imports; screen.REPR_NAMES), as AZR's outputs must: nan or inf,
     a NaN Decimal, a defaultdict's factory, a Counter without collections imported, ...; or when it
     is longer than MAX_REPR chars or not valid UTF-8 text."""
     try:
@@ -825,8 +474,8 @@ def shown_output(encoding, modules):
         raise Invalid("malformed result") from None
     in_scope = set()
     for module in modules:
-        if module in REPR_NAMES:
-            in_scope.update(name.strip() for name in REPR_NAMES[module].split("import")[1].split(","))
+        if module in screen.REPR_NAMES:
+            in_scope.update(name.strip() for name in screen.REPR_NAMES[module].split("import")[1].split(","))
     _showable(value, in_scope)
     text = repr(value)
     if len(text) > MAX_REPR:
@@ -937,7 +586,7 @@ def shutdown():
 
 
 # Load, And, Add, ...: not depth
-_MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+screen.MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
 
 # nodes that are one branch point each
@@ -951,7 +600,7 @@ def complexity(program):
     clauses/match cases/ternaries/asserts); loc = non-blank, non-comment lines; variables = distinct
     bound names."""
     try:
-        tree = quiet(ast.parse, program)
+        tree = screen.quiet(ast.parse, program)
     except (SyntaxError, ValueError, RecursionError, MemoryError, TypeError):
         return {"ast_depth": 0, "cyclomatic": 0, "loc": 0, "variables": 0}
     depth, stack, branches, names = 0, [(tree, 1)], 0, set()
@@ -960,7 +609,7 @@ def complexity(program):
         node, d = stack.pop()
         depth = max(depth, d)
         for child in ast.iter_child_nodes(node):
-            if not isinstance(child, _MARKERS):
+            if not isinstance(child, screen.MARKERS):
                 stack.append((child, d + 1))
         if isinstance(node, _BRANCHES):
             branches += 1
@@ -984,7 +633,7 @@ def complexity(program):
 
 def _literal(text):
     try:
-        return quiet(ast.literal_eval, text)
+        return screen.quiet(ast.literal_eval, text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return text
 

@@ -9,6 +9,7 @@ import os
 import sys
 
 import sandbox
+import screen
 import verify
 
 # what the secret files hold (built, so that it is in no program's text)
@@ -79,7 +80,7 @@ def main():
     public = args[args.index("--public") + 1]
     secrets = args[:args.index("--public")]
     lay = sandbox.layers()
-    verify._screen = verify._nodes                # the screen off: only the runtime layers stand
+    screen.check = screen.nodes                # the screen off: only the runtime layers stand
     expressions = [e for path in secrets for e in routes(path, public)]
     proposals = [{"program": f"def f(x):\n    return {e}", "input": "1"} for e in expressions]
     problem = {"program": "def f(x):\n    return x", "input": "1", "output": "1",

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import screen
 import verify
 from conftest import ROOT
 
@@ -66,14 +67,14 @@ def test_the_teachers_own_input_is_graded_correct(name):
 
 def _globals_seen_alike(monkeypatch=None):
     program = "def f(x):\n    return sorted(k for k in globals() if k.startswith('_'))"
-    saved = verify._screen
-    verify._screen = verify._nodes
+    saved = screen.check
+    screen.check = screen.nodes
     try:
         problem = validated("code_o", {"program": program, "input": "1"})
         assert verdicts("code_i", problem, ["1", "'a'"]) == [True, True]
         assert problem["output"] == "['__builtins__', '__name__']", problem
     finally:
-        verify._screen = saved
+        screen.check = saved
 
 
 def test_code_f_students_run_in_the_order_the_teacher_ran():
@@ -211,3 +212,95 @@ def test_text_that_is_not_utf8_never_reaches_a_prompt():
         result = verify.validate("code_o", [{"program": program, "input": "'a'"}])[0]
         if result["valid"]:
             result["output"].encode("utf-8")
+
+
+# ------------------------------------------------------------- class 7: the static screen leaks
+
+# routes from screened code to os, exec, file IO, frames or code objects (the red team's classes:
+# documentation, typing, dataclass and doctest helpers, frozen import machinery, a gzip file object,
+# code-object replacement with no import; and the doors of allowed modules)
+DOORS = [
+    "import pydoc\ndef f(x):\n    return pydoc.getpager() and x",
+    "import typing\ndef f(x):\n    def g(a: 'x'):\n        pass\n    return typing.get_type_hints(g) and x",
+    "import dataclasses\ndef f(x):\n    return dataclasses.make_dataclass('C', ['a']) and x",
+    "import doctest\ndef f(x):\n    return doctest.run_docstring_examples and x",
+    "import _frozen_importlib_external as m\ndef f(x):\n    return m.FileLoader and x",
+    "import json\ndef f(x):\n    return json.__spec__.loader.get_data('/etc/hostname') and x",
+    "import gzip\ndef f(x):\n    return gzip.GzipFile('/etc/hostname').read() and x",
+    "def f(x):\n    g = lambda: 1\n    g.__code__ = (lambda: 2).__code__\n    return g() + x",
+    "def f(x):\n    c = (y for y in ()).gi_code\n    return c.replace(co_consts=(None,)) and x",
+    "import enum\ndef f(x):\n    return enum.bltns.eval('x', {'x': x})",
+    "import typing\ndef f(x):\n    return typing.types.FunctionType and x",
+    "import fractions\ndef f(x):\n    return fractions.sys and x",
+    "from enum import bltns\ndef f(x):\n    return bltns.len([x])",
+    "import queue\ndef f(x):\n    return int(queue.time()) * 0 + x",
+    "def f(x):\n    return x.__annotations__",
+    "def f(x):\n    try:\n        raise ValueError\n    except ValueError as e:\n"
+    "        return e.__traceback__.tb_lineno + x",
+    "def f(x):\n    return '{0.gi_frame}'.format((y for y in ())) and x",
+]
+
+
+@pytest.mark.parametrize("n", range(len(DOORS)))
+def test_the_screen_admits_only_allowed_modules_and_no_introspection(n):
+    result = verify.validate("code_o", [{"program": DOORS[n], "input": "1"}])[0]
+    assert not result["valid"] and not result["reason"].startswith("error"), result
+
+
+def test_a_code_o_answer_is_screened_alike():
+    problem = validated("code_o", {"program": "def f(x):\n    return x", "input": "3"})
+    answers = ["(lambda: 0).__code__.co_consts[0] + 3", "__import__('os').getpid() * 0 + 3"]
+    assert verdicts("code_o", problem, answers + ["3", "4"]) == [False, False, True, False]
+
+
+# with the screen off: what layer 3 (the audit hook of every validation and grading child) stops
+RUNTIME = [
+    "import os\ndef f(x):\n    return os.getpid() * 0 + x",
+    "def f(x):\n    return __import__('ctypes').sizeof(__import__('ctypes').c_int) * 0 + x",
+    "def f(x):\n    return eval('x')",
+    "def f(x):\n    return len(open('/etc/hostname').read()) * 0 + x",
+    "def f(x):\n    return (lambda: 0).__code__.replace(co_consts=(x,)).co_consts[0]",
+    "def f(x):\n    g = (y for y in [1])\n    return g.gi_frame.f_lineno * 0 + x",
+    "import sys\ndef f(x):\n    return len(sys._getframe().f_globals) * 0 + x",
+    "import time\ndef f(x):\n    return int(time.time()) * 0 + x",
+    "import typing, functools\n@functools.singledispatch\ndef h(a):\n    return 0\n"
+    "def f(x):\n    def k(a: \"int if print('ran') else int\"):\n        return 1\n"
+    "    h.register(k)\n    return x",
+]
+
+
+@pytest.fixture
+def no_screen(monkeypatch):
+    monkeypatch.setattr(screen, "check", screen.nodes)
+
+
+@pytest.mark.parametrize("n", range(len(RUNTIME)))
+def test_what_the_screen_misses_fails_at_run_time(n, no_screen):
+    result = verify.validate("code_o", [{"program": RUNTIME[n], "input": "1"}])[0]
+    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
+    # the honest program of the same batch runs (namedtuple's own compile is let through)
+    honest = ("import collections, typing\nP = collections.namedtuple('P', 'a b')\n"
+              "class Q(typing.NamedTuple):\n    a: int\n"
+              "def f(x):\n    return [P(x, 2).b, Q(x).a]")
+    assert validated("code_o", {"program": honest, "input": "1"})["output"] == "[2, 1]"
+
+
+def test_the_text_that_runs_is_the_text_screened():
+    """The rename to f edits lines as tokenize numbered them: a control character in a comment
+    (str.splitlines breaks lines at \\x1c, \\x0c, \\u2028, ...) no longer shifts the edits onto other
+    lines (which made `gi_xxrame` into `gi_frame` after the screen had passed it); and the renamed
+    text is screened again."""
+    line = "    return (y for y in [a]).gi_xxrame is None\n"
+    # a use of xx on the next line, at the column of the xx in gi_xxrame
+    pad = " " * (line.index("xx") - len("    del_ = (0) or "))
+    program = (f"def xx(a):\n    # a comment \x1c ends here\n{line}"
+               f"    del_ = ({pad}0) or xx\n")
+    assert program.split("\n")[3].index(" xx") + 1 == line.index("xx")
+    result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
+    assert result["program"] == program.replace("def xx", "def f").replace("or xx", "or f")
+    assert not result["valid"] and "AttributeError" in result["reason"], result
+    for breaker in ("\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"):
+        text = f"# {breaker}\ndef g(x):\n    return x + 1\n"
+        result = verify.validate("code_o", [{"program": text, "input": "1"}])[0]
+        assert result["valid"] and result["output"] == "2", (breaker, result)
+        assert result["program"] == text.replace("def g", "def f")

@@ -161,9 +161,9 @@ VALIDITY_CASES = [
     ("def g(x):\n    f = 3\n    return x", "1", False, "name f is already used"),
     ("x = 1", "1", False, "no top-level function"),
     ("def f(x) return x", "1", False, "syntax error"),
-    ("import os\ndef f(x):\n    return x", "1", False, "banned import: os"),
-    ("from os import path\ndef f(x):\n    return x", "1", False, "banned import: os"),
-    ("import numpy.random\ndef f(x):\n    return x", "1", False, "banned import: random"),
+    ("import os\ndef f(x):\n    return x", "1", False, "not an allowed module"),
+    ("from os import path\ndef f(x):\n    return x", "1", False, "not an allowed module"),
+    ("import numpy.random\ndef f(x):\n    return x", "1", False, "not an allowed module"),
     ("def f(x):\n    return eval('x')", "1", False, "banned name: eval"),
     ("def f(x):\n    g = open\n    return x", "1", False, "banned name: open"),
     # a parameter called input is fine
@@ -193,15 +193,15 @@ VALIDITY_CASES = [
     ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
     ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False,
      "banned attribute"),
-    ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "banned import: posix"),
+    ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "not an allowed module"),
     ("import timeit\ndef f(x):\n    return timeit.timeit('1', number=1)", "1", False,
-     "banned import: timeit"),
+     "not an allowed module"),
     # a multi-line input
     ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),
-    ("import codecs\ndef f(x):\n    return getattr(getattr(codecs, 'sys'), 'modules')", "1", False,
+    ("import json\ndef f(x):\n    return getattr(getattr(json, 'codecs'), 'open')", "1", False,
      "allowed attribute"),
-    ("import codecs\ndef f(x):\n    return codecs.open('y', 'w')", "1", False,
-     "banned attribute: open"),
+    ("import json\ndef f(x):\n    return json.codecs.lookup('utf-8')", "1", False,
+     "banned attribute: json.codecs"),
 ]
 
 
