@@ -73,7 +73,7 @@ def encode(value, parts, budget, depth=0):
     """Append the canonical encoding of `value` to `parts` as JSON text. `budget` ([units left])
     caps the size, depth is capped at MAX_DEPTH, so a cyclic value fails (ValueError). Returns False
     when the value holds a type whose repr is not a plain literal (Counter, nan, ...): such a repr
-    must be evaluated back to be trusted (sandbox._evaluate)."""
+    must be shown with a rule (verify.shown_output)."""
     t = type(value)
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:

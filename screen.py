@@ -5,7 +5,7 @@ model-written text may say before a child runs it, and exactly which text that i
 A validity rule and a speed bump, never the only wall: what it misses meets the runtime layers
 (sandbox.py: an audit hook in every validation and grading child, seccomp, Landlock, namespaces).
 Its rules, on the parse tree of the exact text that will run:
-  - imports: an allowlist of pure standard-library modules (sandbox.ALLOWED_MODULES, which the
+  - imports: an allowlist of pure standard-library modules (zygote.ALLOWED_MODULES, which the
     zygotes preload), measured on AZR's seeds (collections, re, math, fractions, itertools, heapq,
     queue) and widened to the computing modules model programs reach for (typing, functools,
     operator, string, bisect, statistics, decimal, copy, enum, json, ...); no relative import;
@@ -35,7 +35,7 @@ import warnings
 from importlib import import_module
 
 from encoding import MAX_UNITS, encode
-from sandbox import ALLOWED_MODULES
+from zygote import ALLOWED_MODULES
 
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MAX_INPUT = 20_000       # chars of an input or a code_o answer

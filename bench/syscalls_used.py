@@ -1,5 +1,5 @@
 """Which system calls the sandbox's zygotes (once locked down) and their children make on honest
-work, traced with strace; prints ONE JSON line. It is how sandbox.ALLOWED_SYSCALLS (layer 7's
+work, traced with strace; prints ONE JSON line. It is how isolation.ALLOWED_SYSCALLS (layer 7's
 allowlist) was measured, and how to check it on another kernel, C library or Python.
 
   python bench/syscalls_used.py [--data_dir ../shared/benchmarks] [--limit 40]
@@ -8,7 +8,7 @@ The work: the 256 AZR code_o seeds validated and graded (code_o and code_i, thei
 the code_f seeds validated and graded, and, with --data_dir, `evaluate.py selfcheck` on HumanEval+
 and MBPP+ (canonical solutions under the benchmark harness: signals, timers, stdin). Needs strace
 and a root session (or ptrace rights over one's own processes). Out: {"used": [names], "not_allowed":
-[used names missing from ALLOWED_SYSCALLS], "denied_calls": how many calls failed with ENOSYS
+[used names missing from isolation.ALLOWED_SYSCALLS], "denied_calls": how many calls failed with ENOSYS
 (the allowlist's answer), "processes": traced children}.
 """
 import argparse
@@ -22,7 +22,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import sandbox  # noqa: E402
+import isolation  # noqa: E402
 
 SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "azr_seeds")
 WORK = r'''
@@ -111,7 +111,7 @@ def main():
         enosys += denied
         processes |= children
     shutil.rmtree(folder)
-    allowed = set(sandbox.ALLOWED_SYSCALLS.split())
+    allowed = set(isolation.ALLOWED_SYSCALLS.split())
     print(json.dumps({"used": sorted(names), "not_allowed": sorted(names - allowed),
                       "denied_calls": enosys, "processes": len(processes),
                       "kernel": os.uname().release, "machine": os.uname().machine}))

@@ -39,8 +39,8 @@ def tree():
     base = tempfile.mkdtemp(prefix="populora-modes-", dir="/tmp")
     code = os.path.join(base, "code")
     os.mkdir(code)
-    names = ("sandbox.py", "encoding.py", "verify.py", "screen.py", "prompts.py",
-             os.path.join("tests", "sandbox_modes_probe.py"))
+    names = ("sandbox.py", "zygote.py", "isolation.py", "encoding.py", "verify.py", "screen.py",
+             "prompts.py", os.path.join("tests", "sandbox_modes_probe.py"))
     for name in names:
         shutil.copy(os.path.join(ROOT, name), code)
     for module in ("pyseccomp", "landlock"):

@@ -15,6 +15,7 @@ import pytest
 
 import sandbox
 import verify
+import zygote
 from conftest import ROOT, shared_path
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
@@ -484,7 +485,7 @@ def test_hostile_code_is_contained(victims, monkeypatch):
             assert r["ok"], (name, r)
         elif expect != "contained":
             assert not r["ok"] and any(e in r["error"] for e in expect.split("|")), (name, r)
-        assert len(r["stdout"]) <= sandbox.STDOUT_CAP, name
+        assert len(r["stdout"]) <= zygote.STDOUT_CAP, name
         assert "hunter2" not in r["stdout"] + r["error"], name
         # the child that ran it is gone
         with pytest.raises(ProcessLookupError):
