@@ -43,9 +43,9 @@ def mount_setup(repo, homes):
     folder; an empty read-only tmpfs over /root, /home, the homes and the checkout with its folder;
     the interpreter's folders and the shared libraries put back where they were, wherever that is
     (under /root, a home, the checkout, /tmp ...). Nothing here depends on where the checkout or the
-    interpreter lives: the folders to keep are set aside (bound into a staging tmpfs) before anything
-    covers them and moved back after. -> the hidden folders; raises OSError naming the step that
-    failed."""
+    interpreter lives: the folders to keep are set aside (bound into a staging tmpfs) before
+    anything covers them and moved back after. -> the hidden folders; raises OSError naming the step
+    that failed."""
     mount = _libc.mount
     # CLONE_NEWNS; private first, so nothing propagates to the host
     _check(_libc.unshare(0x00020000), "unshare(CLONE_NEWNS)")
@@ -375,7 +375,8 @@ def seccomp_programs():
 
 
 def _add_rules(pyseccomp, rules, action, names):
-    """Add `action` for each syscall of `names` this architecture and libseccomp know -> how many."""
+    """Add `action` for each syscall of `names` this architecture and libseccomp know -> how
+    many."""
     added = 0
     for name in names.split():
         try:

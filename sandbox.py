@@ -26,22 +26,23 @@ inherit, given back to the kernel after each job.
 Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE =
      0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as
-     root, children drop to a uid of a random range per pool; no capabilities (capset); no_new_privs;
-     a scrubbed environment; stdin /dev/null or a memory file of its own; capped stdout/stderr.
+     root, children drop to a uid of a random range per pool; no capabilities (capset);
+     no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
+     stdout/stderr.
   3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
      run with -S. Model programs (validation and grading) also run under an audit hook that refuses
      imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
      anything but the job's code, code objects, frames and restricted attributes (zygote._audit).
   4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
      replaced.
-  5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs on
-     /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and the
-     checkout with its folder covered, the interpreter's folders and the shared libraries put back
-     wherever they live), network (no interface up), IPC (private SysV) and time namespaces (the
-     children's monotonic and boot clocks a random offset ahead, per zygote). Without root: the same
-     in a user namespace mapping only our uid, plus a PID namespace whose init is the zygote
-     (children can signal only themselves and it; pids random per job). Root without CAP_SYS_ADMIN
-     gets none of them.
+  5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs
+     on /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and
+     the checkout with its folder covered, the interpreter's folders and the shared libraries put
+     back wherever they live), network (no interface up), IPC (private SysV) and time namespaces
+     (the children's monotonic and boot clocks a random offset ahead, per zygote). Without root:
+     the same in a user namespace mapping only our uid, plus a PID namespace whose init is the
+     zygote (children can signal only themselves and it; pids random per job). Root without
+     CAP_SYS_ADMIN gets none of them.
   6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its
      children may read only the interpreter's folders and shared libraries, and write only the jobs'
      folder (and the private tmpfs).
@@ -53,9 +54,9 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
 interpreter's folders stay readable; the wall clock cannot be offset (the screen and the audit hook
 keep it out of reach); without Landlock and a mount namespace, children can read and delete what
-this user can (verify.require_isolation refuses to start then). A child that gets past layers 1 and 3
-(a CPython memory bug) can write its own result line: grading is unaffected (it never sees a gold),
-but a proposal can claim its own output.
+this user can (verify.require_isolation refuses to start then). A child that gets past layers 1
+and 3 (a CPython memory bug) can write its own result line: grading is unaffected (it never sees a
+gold), but a proposal can claim its own output.
 """
 import atexit
 import json

@@ -438,10 +438,7 @@ def arguments(inputs):
     else (None, source): the screened text of an expression a child evaluates (with the program, f
     included, in scope, as AZR allows `f(3) + f(33)`) to (args, kwargs). Either way f itself is
     later called on decoded plain data, in validation and grading alike. Raises Invalid."""
-    if not isinstance(inputs, str) or not inputs.strip():
-        raise Invalid("empty input")
-    if len(inputs) > MAX_INPUT:
-        raise Invalid(f"input longer than {MAX_INPUT} chars")
+    _short_text(inputs, "input")
     source = f"f(\n{inputs}\n)"
     tree = screened(source, "eval")
     call = tree.body
@@ -467,16 +464,21 @@ def answer_value(answer):
     """A code_o answer (an expression) -> (encoding, None) for a literal (read here, nothing runs),
     else (None, its screened source, evaluated by a child with the program's imports). Raises
     Invalid."""
-    if not isinstance(answer, str) or not answer.strip():
-        raise Invalid("empty answer")
-    if len(answer) > MAX_INPUT:
-        raise Invalid(f"answer longer than {MAX_INPUT} chars")
+    _short_text(answer, "answer")
     source = f"(\n{answer}\n)"
     tree = screened(source, "eval")
     try:
         return plain(_literal_node(tree.body), "answer"), None
     except ValueError:
         return None, source
+
+
+def _short_text(text, what):
+    """Raise Invalid unless `text` is a non-blank str of at most MAX_INPUT chars."""
+    if not isinstance(text, str) or not text.strip():
+        raise Invalid(f"empty {what}")
+    if len(text) > MAX_INPUT:
+        raise Invalid(f"{what} longer than {MAX_INPUT} chars")
 
 
 def _literal_node(node):

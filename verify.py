@@ -465,7 +465,8 @@ def shown_output(encoding, modules):
     """The repr students see of a value: made here, from the decoded gold with the real classes (so
     it is the value's true repr, whatever the program did to a class's __repr__) -> text. Raises
     Invalid when it would not evaluate back to an equal value with the program's imports in scope
-    (`modules`: the top-level modules it imports; screen.REPR_NAMES), as AZR's outputs must: nan or inf,
+    (`modules`: the top-level modules it imports; screen.REPR_NAMES), as AZR's outputs must: nan or
+    inf,
     a NaN Decimal, a defaultdict's factory, a Counter without collections imported, ...; or when it
     is longer than MAX_REPR chars or not valid UTF-8 text."""
     try:
@@ -475,7 +476,8 @@ def shown_output(encoding, modules):
     in_scope = set()
     for module in modules:
         if module in screen.REPR_NAMES:
-            in_scope.update(name.strip() for name in screen.REPR_NAMES[module].split("import")[1].split(","))
+            names = screen.REPR_NAMES[module].split("import")[1]
+            in_scope.update(name.strip() for name in names.split(","))
     _showable(value, in_scope)
     text = repr(value)
     if len(text) > MAX_REPR:

@@ -363,8 +363,8 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     _serve(requests, replies, jobs, uid)
 
 
-# codecs a model program may name (str.encode looks them up by importing encodings.<name>): looked up
-# once in a model zygote, whose children may import nothing
+# codecs a model program may name (str.encode looks them up by importing encodings.<name>):
+# looked up once in a model zygote, whose children may import nothing
 CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
           "utf-32-le", "utf-32-be", "cp1252", "cp437", "unicode_escape", "raw_unicode_escape",
           "utf-7", "idna", "punycode", "rot13", "hex", "base64")
@@ -534,8 +534,9 @@ def _serve(requests, replies, jobs, uid):
 def _job(settings, requests, workdir, uid, view):
     """Fork a child for one job in a fresh cwd, made here and given to the child's uid; the child
     reads the job from `requests`. Wait for its acknowledgement, result line and exit within the
-    deadline, kill it, clean up. Reads the child's line into `view` -> (header b"<pid>\t<retire>\t<cpu
-    s>\t<wall s>\t", size of the line in view, retire), where the line is the child's or one of ours,
+    deadline, kill it, clean up. Reads the child's line into `view` -> (header
+    b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where the line is
+    the child's or one of ours,
     and retire says the clean-up failed or the request pipe may be out of step (no
     acknowledgement)."""
     timeout = settings["timeout_ms"] / 1000

@@ -7,9 +7,9 @@ allowlist) was measured, and how to check it on another kernel, C library or Pyt
 The work: the 256 AZR code_o seeds validated and graded (code_o and code_i, their own answers),
 the code_f seeds validated and graded, and, with --data_dir, `evaluate.py selfcheck` on HumanEval+
 and MBPP+ (canonical solutions under the benchmark harness: signals, timers, stdin). Needs strace
-and a root session (or ptrace rights over one's own processes). Out: {"used": [names], "not_allowed":
-[used names missing from isolation.ALLOWED_SYSCALLS], "denied_calls": how many calls failed with ENOSYS
-(the allowlist's answer), "processes": traced children}.
+and a root session (or ptrace rights over one's own processes). Out: {"used": [names],
+"not_allowed": [used names missing from isolation.ALLOWED_SYSCALLS], "denied_calls": how many calls
+failed with ENOSYS (the allowlist's answer), "processes": traced children}.
 """
 import argparse
 import json
@@ -30,7 +30,8 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import verify
 folder = {seeds!r}
-for task, name in (("code_o", "7b_coder_seed_io.jsonl"), ("code_f", "7b_coder_code_f_seed_io.jsonl")):
+files = (("code_o", "7b_coder_seed_io.jsonl"), ("code_f", "7b_coder_code_f_seed_io.jsonl"))
+for task, name in files:
     path = os.path.join(folder, name)
     if not os.path.exists(path):
         continue

@@ -113,7 +113,8 @@ def main():
                       "public": sorted(os.listdir(public)), "runs": len(results),
                       "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],
                       "child_uid": checks[2]["stdout"].strip(),
-                      "child_caps": checks[3]["stdout"].strip() or checks[3]["error"], "state": state, "pids": pids}))
+                      "child_caps": checks[3]["stdout"].strip() or checks[3]["error"],
+                      "state": state, "pids": pids}))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,13 @@ zygote remembers earlier jobs; class 6: state between jobs), and whether a valid
 runs really live in different worlds (class 3). Attack programs run through verify.execute /
 sandbox.run with no static screen, as root; tests/test_sandbox_modes.py runs the same classes as an
 unprivileged user."""
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import sandbox
 import verify
-from conftest import ROOT
+from test_sandbox_hostile import zygote_memory_contains
 
 
 @pytest.fixture
@@ -22,26 +19,6 @@ def one_zygote(monkeypatch):
     sandbox.shutdown()
     yield
     sandbox.shutdown()
-
-
-def memory_of(pid):
-    """The writable memory of process `pid` and of its children (a zygote's namespace wrapper has
-    the zygote as its child), as one bytes."""
-    pids = [pid] + [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
-    chunks = []
-    for p in pids:
-        with open(f"/proc/{p}/maps") as maps, open(f"/proc/{p}/mem", "rb") as mem:
-            for line in maps:
-                span, perms = line.split()[:2]
-                if "rw" not in perms:
-                    continue
-                lo, hi = (int(x, 16) for x in span.split("-"))
-                try:
-                    mem.seek(lo)
-                    chunks.append(mem.read(hi - lo))
-                except OSError:
-                    continue
-    return b"".join(chunks)
 
 
 # ------------------------------------------------------------------ class 2: a zygote's memory
@@ -61,7 +38,7 @@ def test_no_job_payload_ever_enters_a_zygote(one_zygote):
     # one more run each: whatever the zygote kept of a result has been given back
     verify.validate("code_o", [{"program": "def f(x):\n    return x", "input": "1"}])
     for zygote in sandbox.zygotes():
-        assert marker.encode() not in memory_of(zygote["pid"])
+        assert not zygote_memory_contains(zygote["pid"], marker.encode())
 
 
 # ------------------------------------------------------------------ class 6: state between jobs

@@ -31,6 +31,20 @@ def arrangeable(mode):
     return None
 
 
+def bindings(folder):
+    """Copy the pinned bindings (landlock, pyseccomp) into `folder` (a site-packages, or beside the
+    code that imports them)."""
+    os.makedirs(folder, exist_ok=True)
+    for module in ("landlock", "pyseccomp"):
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            shutil.copytree(spec.submodule_search_locations[0], os.path.join(folder, module))
+        else:
+            shutil.copy(spec.origin, folder)
+
+
 @pytest.fixture(scope="module")
 def tree():
     """A world-readable copy of the sandbox, verify.py (and the modules they import), the probe and
@@ -43,14 +57,7 @@ def tree():
              "prompts.py", os.path.join("tests", "sandbox_modes_probe.py"))
     for name in names:
         shutil.copy(os.path.join(ROOT, name), code)
-    for module in ("pyseccomp", "landlock"):
-        spec = importlib.util.find_spec(module)
-        if spec is None:
-            continue
-        if spec.submodule_search_locations:
-            shutil.copytree(spec.submodule_search_locations[0], os.path.join(code, module))
-        else:
-            shutil.copy(spec.origin, code)
+    bindings(code)
     subprocess.run(["chmod", "-R", "a+rX", base], check=True)
     os.chmod(base, 0o755)
     yield base

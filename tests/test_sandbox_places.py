@@ -15,7 +15,6 @@ of the distribution's python with its own site-packages).
 The unprivileged user (uid 65534) cannot run the interpreter under /root (/root is mode 0700 and
 that is where pyenv lives here): its places use the conda-style prefix instead, and its "under
 /root" place is an interpreter under its own HOME (what /root is to root)."""
-import importlib.util
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ import tempfile
 import pytest
 
 from conftest import ROOT
+from test_sandbox_modes import bindings
 
 pytestmark = pytest.mark.slow
 
@@ -56,19 +56,6 @@ def readable(path):
     while path != "/":
         os.chmod(path, os.stat(path).st_mode | 0o555)
         path = os.path.dirname(path)
-
-
-def bindings(folder):
-    """Copy the pinned bindings (landlock, pyseccomp) into `folder` (a site-packages)."""
-    os.makedirs(folder, exist_ok=True)
-    for module in ("landlock", "pyseccomp"):
-        spec = importlib.util.find_spec(module)
-        if spec is None:
-            continue
-        if spec.submodule_search_locations:
-            shutil.copytree(spec.submodule_search_locations[0], os.path.join(folder, module))
-        else:
-            shutil.copy(spec.origin, folder)
 
 
 def checkout(parent, name="repo"):

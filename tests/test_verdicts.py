@@ -44,7 +44,8 @@ TELLING = {
     # the same constant object twice (one constant of the input's code)
     "shared_constant": ("def f(a, b):\n    return [a is b, a]", "10 ** 20, 10 ** 20"),
     # f called while the input is evaluated, then on its value: its state differs
-    "state_from_the_input": ("calls = []\ndef f(x):\n    calls.append(x)\n    return [len(calls), x]",
+    "state_from_the_input": ("calls = []\ndef f(x):\n    calls.append(x)\n"
+                             "    return [len(calls), x]",
                              "f(0)[1] * 0 + 5"),
     # the globals f sees: exactly the program's
     "its_globals": ("def f(x):\n    return sorted(k for k in globals() if k.startswith('_'))",
@@ -89,8 +90,8 @@ def test_code_f_students_run_in_the_order_the_teacher_ran():
 
 # ------------------------------------------------------------------- class 4: encodings that lie
 
-ORDER = ("from collections import OrderedDict\ndef f(x):\n    d = OrderedDict([('a', 1), ('b', x)])\n"
-         "    d.move_to_end('a')\n    return d")
+ORDER = ("from collections import OrderedDict\ndef f(x):\n"
+         "    d = OrderedDict([('a', 1), ('b', x)])\n    d.move_to_end('a')\n    return d")
 
 
 def test_ordered_dict_order_survives():
@@ -153,8 +154,8 @@ def test_broken_request_lines_fail_alone():
     object, mistyped) gets its own error line; the lines around it are answered."""
     good = json.dumps({"program": "def f(x):\n    return x + 1", "input": "1"})
     lines = [good, "[" * 100_000 + "]" * 100_000, good, "not json", "[]",
-             json.dumps({"program": 5, "input": "1"}), json.dumps({"program": "def f(x):\n"
-                                                                  "    return x", "input": "[" * 5000}),
+             json.dumps({"program": 5, "input": "1"}),
+             json.dumps({"program": "def f(x):\n    return x", "input": "[" * 5000}),
              good]
     command = [sys.executable, os.path.join(ROOT, "verify.py"), "validate", "--task", "code_o"]
     out = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True,
@@ -221,7 +222,8 @@ def test_text_that_is_not_utf8_never_reaches_a_prompt():
 # code-object replacement with no import; and the doors of allowed modules)
 DOORS = [
     "import pydoc\ndef f(x):\n    return pydoc.getpager() and x",
-    "import typing\ndef f(x):\n    def g(a: 'x'):\n        pass\n    return typing.get_type_hints(g) and x",
+    "import typing\ndef f(x):\n    def g(a: 'x'):\n        pass\n"
+    "    return typing.get_type_hints(g) and x",
     "import dataclasses\ndef f(x):\n    return dataclasses.make_dataclass('C', ['a']) and x",
     "import doctest\ndef f(x):\n    return doctest.run_docstring_examples and x",
     "import _frozen_importlib_external as m\ndef f(x):\n    return m.FileLoader and x",
@@ -287,9 +289,9 @@ def test_what_the_screen_misses_fails_at_run_time(n, no_screen):
 
 def test_the_text_that_runs_is_the_text_screened():
     """The rename to f edits lines as tokenize numbered them: a control character in a comment
-    (str.splitlines breaks lines at \\x1c, \\x0c, \\u2028, ...) no longer shifts the edits onto other
-    lines (which made `gi_xxrame` into `gi_frame` after the screen had passed it); and the renamed
-    text is screened again."""
+    (str.splitlines breaks lines at \\x1c, \\x0c, \\u2028, ...) no longer shifts the edits onto
+    other lines (which made `gi_xxrame` into `gi_frame` after the screen had passed it); and the
+    renamed text is screened again."""
     line = "    return (y for y in [a]).gi_xxrame is None\n"
     # a use of xx on the next line, at the column of the xx in gi_xxrame
     pad = " " * (line.index("xx") - len("    del_ = (0) or "))
