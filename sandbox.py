@@ -198,12 +198,16 @@ def _ensure(kind):
 def _pack(job, cache):
     """Job dict with source texts -> the settings a zygote reads (HEADER bytes: the payload's
     length, the time limit in ms, the memory limit in MB, the stdout cap) + the payload its child
-    reads (marshal bytes), every text compiled here (compiling runs nothing; a child then only
-    unmarshals and executes, and a validity pair shares one compile via `cache`)."""
+    reads (marshal bytes), every text compiled here unless it comes compiled (compiling runs
+    nothing; a child then only unmarshals and executes, and a validity pair shares one compile via
+    `cache`)."""
     # parent only (zygotes never pack)
     import warnings
 
     def code(text, name, mode):
+        # verify hands in code objects compiled from the screened trees (screen.compiled)
+        if not isinstance(text, str):
+            return text
         if (text, name, mode) not in cache:
             # model text's compile-time warnings stay off the console (verify.quiet)
             with warnings.catch_warnings():

@@ -326,11 +326,32 @@ def _check_targets(node, imported):
 
 
 def screened(text, mode="exec"):
-    """Parse `text` and screen it: the exact text a child will compile. -> the tree. Raises
-    Invalid."""
+    """Parse `text` and screen it: the exact text a child will run. -> the tree (its code object,
+    compiled from that tree, is kept for compiled()). Raises Invalid."""
     tree = parse(text, mode)
     check(tree)
+    _keep(text, mode, tree)
     return tree
+
+
+# code objects of the texts screened lately, compiled from the tree that was screened (one parse
+# per text; bounded: a text no longer here is parsed and screened again)
+_CODES = {}
+
+
+def _keep(text, mode, tree):
+    if len(_CODES) >= 8192:
+        _CODES.clear()
+    names = {"exec": "<program>", "eval": "<call>"}
+    _CODES[text, mode] = quiet(compile, tree, names[mode], mode, dont_inherit=True)
+
+
+def compiled(text, mode="exec"):
+    """The code object a child runs for `text`: compiled from its screened tree (screened now if
+    it was not lately). Raises Invalid."""
+    if (text, mode) not in _CODES:
+        screened(text, mode)
+    return _CODES[text, mode]
 
 
 # ------------------------------------------------------------------------------ programs and inputs
@@ -364,8 +385,10 @@ def prepare(program):
     for node in check(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             import_nodes.append(node)
+    _keep(program, "exec", tree)
     imports, modules = _imports_text(import_nodes)
-    screened(imports)
+    if imports:
+        screened(imports)
     return program, imports, modules
 
 
@@ -440,7 +463,8 @@ def arguments(inputs):
     later called on decoded plain data, in validation and grading alike. Raises Invalid."""
     _short_text(inputs, "input")
     source = f"f(\n{inputs}\n)"
-    tree = screened(source, "eval")
+    # parsed, not screened: a literal never runs, and what runs otherwise is the pack text
+    tree = parse(source, "eval")
     call = tree.body
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
         raise Invalid("input is not an argument list")

@@ -235,7 +235,8 @@ def _call_f(entries, families, timeout):
         if not e["packs"]:
             continue
         for family in families:
-            first.append({"code": e["pack_code"], "calls": [t for _, t in e["packs"]],
+            calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
+            first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
                           "family": family, "timeout": timeout, "audit": True})
         owners.append(n)
     failed = {}
@@ -250,8 +251,8 @@ def _call_f(entries, families, timeout):
         if n in failed:
             continue
         for family in families:
-            second.append({"code": e["code"], "args": e["args"], "family": family,
-                           "timeout": timeout, "audit": True})
+            second.append({"code": screen.compiled(e["code"]), "args": e["args"],
+                           "family": family, "timeout": timeout, "audit": True})
         owners.append(n)
     runs = sandbox.run(second)
     out = {}
@@ -405,7 +406,8 @@ def _attempt(task, a):
         encoding, source = screen.answer_value(a["answer"])
         if source is None:
             return None, [encoding], slice(0, 1), [a["gold"]]
-        job = {"code": imports, "calls": [source], "audit": True}
+        job = {"code": screen.compiled(imports), "calls": [screen.compiled(source, "eval")],
+               "audit": True}
         return job, None, slice(0, 1), [a["gold"]]
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it
     encoding, pack = screen.arguments(a["answer"])

@@ -119,15 +119,16 @@ _AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases
                    "__defaults__", "__kwdefaults__"}
 # the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
 _NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
-# the job's own code objects, and whether the next exec is of a compile allowed just before
-_audit_state = {"ours": (), "granted": False}
+# whether the hook is armed (in a child, from just before the program runs), the job's own code
+# objects, and whether the next exec is of a compile allowed just before
+_audit_state = {"armed": False, "ours": (), "granted": False}
 
 
 def _watch(job):
-    """Start layer 3 in a validation or grading child (see _audit; its zygote kept only the allowed
-    modules in sys.modules: _models_only)."""
+    """Arm layer 3 in a validation or grading child (see _audit; its zygote installed the hook,
+    disarmed, and kept only the allowed modules in sys.modules: _models_only)."""
     _audit_state["ours"] = (job["code"], *job.get("calls", ()))
-    sys.addaudithook(_audit)
+    _audit_state["armed"] = True
 
 
 def _audit(event, args):
@@ -136,7 +137,7 @@ def _audit(event, args):
     function made, a frame, a restricted attribute read such as gi_frame or __code__, os / ctypes /
     socket / marshal / gc / ... events). sys._getframe raises ValueError, which typing, enum and
     namedtuple catch."""
-    if event in _AUDIT_PASS:
+    if not _audit_state["armed"] or event in _AUDIT_PASS:
         return
     if event == "exec":
         ours = any(args[0] is code for code in _audit_state["ours"])
@@ -231,7 +232,7 @@ def _child(settings, requests, wfd, limits, uid):
             _setuid(uid)
         # no capability left: a child that stays root (no uid drop) or holds a user namespace's
         # cannot raise its limits, override file modes or trace its zygote
-        if _libc.capset(_caps[0], _caps[1]) != 0:
+        if _capset(_caps[0], _caps[1]) != 0:
             raise OSError("capset refused")
         payload = _take(requests, settings["length"])
         _closerange(3, wfd)
@@ -273,7 +274,7 @@ def _stdin(text):
 # the zygote's state, set in the zygote: libc's functions (resolved there: children must not
 # dlopen after fork), /dev/null's fd, capset's arguments, the Landlock ruleset and the per-child
 # seccomp filter
-_libc = _pyfork = _null = _caps = None
+_libc = _pyfork = _null = _capset = _caps = None
 _landlock = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
@@ -373,8 +374,8 @@ CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-
 def _models_only():
     """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
     codecs' and warnings (children import nothing: _audit refuses it), so that os, sys, ctypes,
-    builtins ... loaded here are imports, which the hook sees, not lookups; and the hook's own code
-    is made ready (quickened) here rather than written in every child."""
+    builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
+    here, disarmed, its code made ready (quickened) here rather than written in every child."""
     import codecs
     for name in CODECS:
         codecs.lookup(name)
@@ -387,23 +388,30 @@ def _models_only():
             continue
         del sys.modules[name]
     code = compile("0", "<w>", "eval")
-    _audit_state["ours"] = (code,)
+    _audit_state.update(armed=True, ours=(code,))
     for _ in range(9):
         _audit("builtins.id", (0,))
         _audit("exec", (code,))
-    _audit_state["ours"] = ()
+    _audit_state.update(armed=False, ours=())
+    # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
+    sys.addaudithook(_audit)
 
 
 def _load_libc():
     """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
     dlopen)."""
-    global _libc, _pyfork, _caps
+    global _libc, _pyfork, _capset, _caps
     _libc = ctypes.CDLL(None, use_errno=True)
     _pyfork = ctypes.PyDLL(None).fork
     _libc.prctl.argtypes = (ctypes.c_int,) + (ctypes.c_ulong,) * 4
     # capset's arguments, made here: _LINUX_CAPABILITY_VERSION_3 for this process, every set empty
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)
     _caps = (header, (ctypes.c_uint32 * 6)())
+    # resolved and its call path run here (capget, harmless): done in each child, they cost ~80
+    # copy-on-write faults, a quarter of a child's
+    _capset = _libc.capset
+    for _ in range(3):
+        _libc.capget(header, (ctypes.c_uint32 * 6)())
 
 
 def _uid_drop(layers, uid):
