@@ -56,6 +56,9 @@ _FACTORY_NAMES = {t: name for name, t in _FACTORIES.items()}
 def _spread(keys):
     """Raise ValueError when more than MAX_SAME_HASH of `keys` share a hash (a set or dict of them
     would take quadratic time to build), TypeError when one is unhashable."""
+    # too few to matter (most sets and dicts): no count
+    if len(keys) <= MAX_SAME_HASH:
+        return
     seen = {}
     for key in keys:
         h = hash(key)

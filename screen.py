@@ -26,6 +26,7 @@ with the teacher's imports, an input's pack expression, a code_o answer and an i
 each screened as the one text a child compiles.
 """
 import ast
+import contextlib
 import io
 import json
 import re
@@ -142,10 +143,28 @@ LEAKS = _leaks()
 def quiet(parse, *args, **kwargs):
     """parse(*args, **kwargs) (ast.parse, compile, tokenize ... of model text) with the warnings
     it raises dropped: `1if x`, `"\\d"`, `x is 1` warn at parse or compile time, and model text
-    must never print on the console, where it reads like an error of ours."""
+    must never print on the console, where it reads like an error of ours. Inside silenced() (a
+    whole batch), without a context of its own."""
+    if _silent[0]:
+        return parse(*args, **kwargs)
+    with silenced():
+        return parse(*args, **kwargs)
+
+
+# how many silenced() blocks are open (warnings.catch_warnings costs ~10 us: one per batch)
+_silent = [0]
+
+
+@contextlib.contextmanager
+def silenced():
+    """Warnings ignored inside (model text parsed and compiled in a batch)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return parse(*args, **kwargs)
+        _silent[0] += 1
+        try:
+            yield
+        finally:
+            _silent[0] -= 1
 
 
 def parse(text, mode="exec"):

@@ -275,15 +275,21 @@ def _fill_arguments(entry, runs):
     except RecursionError:
         return "malformed result"
     for (k, _), value in zip(entry["packs"], runs[0]["values"]):
-        try:
-            args, kwargs = decode(value)
-        except (ValueError, TypeError):
-            return "the input is not an argument list of plain values"
-        if type(args) is not tuple or type(kwargs) is not dict or not all(map(str.isidentifier,
-                                                                             kwargs)):
+        if not _argument_list(value):
             return "the input is not an argument list of plain values"
         entry["args"][k] = value
     return ""
+
+
+def _argument_list(value):
+    """Is a child's value the encoding of (a tuple, a dict of keyword names)?"""
+    try:
+        args, kwargs = decode(value)
+    except (ValueError, TypeError):
+        return False
+    if type(args) is not tuple or type(kwargs) is not dict:
+        return False
+    return all(type(key) is str and key.isidentifier() for key in kwargs)
 
 
 def _validity(task, a, b, modules):
@@ -322,18 +328,20 @@ def validate(task, proposals, timeout=5.0):
     (lists and strings), None unless valid. Never raises for bad model text."""
     key = _output_key(task)
     results, entries, owners = [], [], []
-    for i, p in enumerate(proposals):
-        program = None
-        if isinstance(p, dict):
-            program = p.get("program")
-        results.append({"valid": False, "reason": "", key: None, "gold": None, "program": program})
-        try:
-            entries.append(_proposal(task, p))
-            results[i]["program"] = entries[-1]["code"]
-            owners.append(i)
-        except Invalid as e:
-            results[i]["reason"] = str(e)
-    runs = _call_f(entries, (0, 1), timeout)
+    with screen.silenced():
+        for i, p in enumerate(proposals):
+            program = None
+            if isinstance(p, dict):
+                program = p.get("program")
+            results.append({"valid": False, "reason": "", key: None, "gold": None,
+                            "program": program})
+            try:
+                entries.append(_proposal(task, p))
+                results[i]["program"] = entries[-1]["code"]
+                owners.append(i)
+            except Invalid as e:
+                results[i]["reason"] = str(e)
+        runs = _call_f(entries, (0, 1), timeout)
     for i, entry, (a, b) in zip(owners, entries, runs):
         try:
             results[i].update(_validity(task, a, b, entry["modules"]))
@@ -427,26 +435,27 @@ def grade(task, attempts, timeout=5.0):
     run. `answer` None (a format error) scores False."""
     _task(task)
     results, entries, jobs, known = [], [], [], []
-    for i, a in enumerate(attempts):
-        results.append({"correct": False, "reason": ""})
-        try:
-            if isinstance(a, dict) and a.get("answer", "") is None:
-                raise Invalid("no answer (format error)")
-            work, values, compared, gold = _attempt(task, a)
-        except Invalid as e:
-            results[i]["reason"] = str(e)
-            if not str(e).startswith("bad request"):
-                results[i]["reason"] = f"invalid answer: {e}"
-            continue
-        if values is not None:
-            known.append((i, {"ok": True, "values": values}, compared, gold))
-        elif "calls" in work:
-            jobs.append((i, dict(work, timeout=timeout), compared, gold))
-        else:
-            entries.append((i, work, compared, gold))
-    runs = sandbox.run([job for _, job, _, _ in jobs])
-    done = known + [(i, run, c, g) for (i, _, c, g), run in zip(jobs, runs)]
-    runs = _call_f([e for _, e, _, _ in entries], (None,), timeout)
+    with screen.silenced():
+        for i, a in enumerate(attempts):
+            results.append({"correct": False, "reason": ""})
+            try:
+                if isinstance(a, dict) and a.get("answer", "") is None:
+                    raise Invalid("no answer (format error)")
+                work, values, compared, gold = _attempt(task, a)
+            except Invalid as e:
+                results[i]["reason"] = str(e)
+                if not str(e).startswith("bad request"):
+                    results[i]["reason"] = f"invalid answer: {e}"
+                continue
+            if values is not None:
+                known.append((i, {"ok": True, "values": values}, compared, gold))
+            elif "calls" in work:
+                jobs.append((i, dict(work, timeout=timeout), compared, gold))
+            else:
+                entries.append((i, work, compared, gold))
+        runs = sandbox.run([job for _, job, _, _ in jobs])
+        done = known + [(i, run, c, g) for (i, _, c, g), run in zip(jobs, runs)]
+        runs = _call_f([e for _, e, _, _ in entries], (None,), timeout)
     done += [(i, run[0], c, g) for (i, _, c, g), run in zip(entries, runs)]
     for i, run, compared, gold in done:
         if not run["ok"]:
