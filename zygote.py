@@ -225,9 +225,9 @@ def _child(settings, requests, wfd, limits, uid):
     """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
     job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
     while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
-    passes through the zygote, of which every later child is a copy; acknowledge it with one byte
-    ("+": the pipe is in step), finish the lock-down, run, write one JSON line to wfd, _exit. Never
-    returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
+    passes through the zygote, of which every later child is a copy; acknowledge it (a byte of a
+    page shared with the zygote: the pipe is in step), finish the lock-down, run, write one JSON line
+    to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
     user code); user code starts after every limit."""
     try:
         if uid:
@@ -242,7 +242,7 @@ def _child(settings, requests, wfd, limits, uid):
         _closerange(wfd + 1, 1 << 16)
         if len(payload) != settings["length"]:
             raise OSError("the job was cut short")
-        _write_all(wfd, b"+")
+        _acknowledged[0] = 1
         job = marshal.loads(payload)
         del payload
         if job.get("stdin"):
@@ -274,6 +274,9 @@ def _stdin(text):
 
 # -------------------------------------------------------------------------------------- zygote side
 
+# a page shared with each child (_serve), and what it is reset to
+_acknowledged = None
+_ZERO_PAGE = bytes(mmap.PAGESIZE)
 # the zygote's state, set in the zygote: libc's functions (resolved there: children must not
 # dlopen after fork), /dev/null's fd, capset's arguments, the Landlock ruleset and the per-child
 # seccomp filter
@@ -526,6 +529,10 @@ def _serve(requests, replies, jobs, uid):
     result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     result.madvise(mmap.MADV_DONTFORK)
     view = memoryview(result)
+    # a child's acknowledgement that it read its whole job: one page shared with it, zeroed after
+    # every job (a child may write all of it; the next one finds zeros)
+    global _acknowledged
+    _acknowledged = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
     while True:
         header = _take(requests, HEADER)
         if not header:
@@ -549,7 +556,7 @@ def _job(settings, requests, workdir, uid, view):
     b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where the line is
     the child's or one of ours,
     and retire says the clean-up failed or the request pipe may be out of step (no
-    acknowledgement)."""
+    acknowledgement in the shared page)."""
     timeout = settings["timeout_ms"] / 1000
     cap = min(settings["stdout_cap"], STDOUT_CAP)
     _out.buffer.cap = cap
@@ -579,8 +586,8 @@ def _job(settings, requests, workdir, uid, view):
         _close(r)
         _child(settings, requests, w, limits, uid)
     _close(w)
-    # JSON escapes grow text 6x (\uXXXX); 1 byte of acknowledgement first
-    limit = min(cap * 6 + (1 << 20) + 1, len(view))
+    # JSON escapes grow text 6x (\uXXXX)
+    limit = min(cap * 6 + (1 << 20), len(view))
     size, error = _read_line(r, view, limit, start + timeout)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
@@ -589,13 +596,11 @@ def _job(settings, requests, workdir, uid, view):
     _close(r)
     _chdir("/")
     # no acknowledgement: the child may have left part of its job in the pipe
-    in_step = size > 0 and view[0] == 43
+    in_step = _acknowledged[0] == 1
+    _acknowledged[:] = _ZERO_PAGE
     retire = not in_step or not _clean(workdir, forked_ns)
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
-    if in_step:
-        view[:size - 1] = view[1:size]
-        size -= 1
     one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
     if in_step and not error and one_line:
         # exactly one line, the child's (the parent checks it all)
