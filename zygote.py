@@ -707,6 +707,10 @@ def _empty(folder, spare):
                 return False
             continue
         _rmtree(entry.path)
+    # nothing writes here now (the child is gone); what could not be removed raised already, so
+    # only a folder with spared paths, where a mount point refuses, is listed again
+    if not spare:
+        return True
     for entry in os.scandir(folder):
         if entry.path not in spare and not _inside_any(spare, entry.path):
             return False
