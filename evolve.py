@@ -12,6 +12,7 @@ are float64) and casts back.
     crossover(fitter, other, generator, **hp) -> adapter      CROSSOVERS[name]
     apply_operator(name, kind, parents, generator, **hp) -> (adapter, info)   with the fail-safe
     replacement_step(members, adapters, cfg, generator, step, next_id) -> child records (design §7)
+    ranked_roles(members, selection), n_culled(n, frac)   who is replaced (replacement_step's rule)
 
 Every SVD-based operator uses the exact QR route (thin QR of the stacked factors, then a kr×kr SVD;
 docs/evolve.md §4.1) and never forms a dense out×in ΔW; modules of one shape are stacked and
@@ -756,20 +757,20 @@ def _names(text, table, key):
 
 
 def replacement_step(members, adapters, cfg, generator, step, next_id):
-    """One evolution event (design §7). Within each role of size >= 2, rank by μ − 3σ and replace the
-    bottom ⌈evolve_frac·n⌉ (never the best). Each child: with probability crossover_prob a crossover
-    of two distinct parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator
-    is drawn uniformly from the enabled list (both lists empty: copy_parent). Parents are read from
-    `adapters` (name -> adapter) as they were before this step; nothing in `members` or `adapters`
-    is modified.
+    """One evolution event (design §7). Within each role of size >= 2, rank by cfg["selection"]
+    (ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never the best; n_culled). Each child:
+    with probability crossover_prob a crossover of two distinct parents from the top ⌈n/2⌉ (fitter
+    first), else a mutation of one; the operator is drawn uniformly from the enabled list (both
+    lists empty: copy_parent). Parents are read from `adapters` (name -> adapter) as they were
+    before this step; nothing in `members` or `adapters` is modified.
 
-    cfg: evolve_frac (0.25), crossover_prob (0.5), mutations / crossovers (comma-separated names);
-    every operator runs with its defaults (reference §6). Ranking and the child's rating go through
-    ratings.py. Returns one record per child: {"name" (slot replaced), "id", "parents" [ids],
-    "parent_names", "operator", "kind", "step", "adapter", "copy_optimizer_from" (name or None),
-    "optimizer_donors" ({stem: parent name} for swaps, else None: the caller copies the per-module
-    optimizer state from these), "mu", "sigma" (ratings.child: the parents' mean μ, a fresh σ),
-    "fallback", "info"}."""
+    cfg: selection ("conservative"), evolve_frac (0.25), crossover_prob (0.5), mutations /
+    crossovers (comma-separated names); every operator runs with its defaults (reference §6).
+    Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
+    (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
+    "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else
+    None: the caller copies the per-module optimizer state from these), "mu", "sigma"
+    (ratings.child: the parents' mean μ, a fresh σ), "fallback", "info"}."""
     frac = float(cfg.get("evolve_frac", 0.25))
     p_cross = float(cfg.get("crossover_prob", 0.5))
     if not 0 < frac <= 1 or not 0 <= p_cross <= 1:
@@ -777,31 +778,47 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                          f"got {frac}, {p_cross}")
     mutations = _names(cfg.get("mutations", ",".join(MUTATIONS)), MUTATIONS, "mutations")
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
-    score = {m["name"]: ratings.conservative_score(m) for m in members}
+    selection = cfg.get("selection", "conservative")
+    by_role = ranked_roles(members, selection)
+    score = ratings.SELECTION[selection]
     # a new member's rating uncertainty: weighted_multi's fitness unit
     unit = ratings.initial()["sigma"]
     children = []
-    for role in dict.fromkeys(m["role"] for m in members):
-        same_role = [m for m in members if m["role"] == role]
-        # best first; sorted is stable, so ties keep the members' order
-        ranked = sorted(same_role, key=lambda m: -score[m["name"]])
+    for ranked in by_role.values():
         n = len(ranked)
         if n < 2:
             continue
         top = ranked[:math.ceil(n / 2)]
-        n_replaced = min(math.ceil(frac * n), n - 1)
-        for loser in ranked[n - n_replaced:]:
+        for loser in ranked[n - n_culled(n, frac):]:
             parents, op, kind = _choose(top, mutations, crossovers, p_cross, generator)
             hp = {}
             if op == "weighted_multi":
                 # [ours] fitness in units of a new member's sigma: T = 1 then tilts mildly, not a
                 # copy
-                hp["fitness"] = [score[p["name"]] / unit for p in parents]
+                hp["fitness"] = [score(p) / unit for p in parents]
             parent_adapters = [adapters[p["name"]] for p in parents]
             child, info = apply_operator(op, kind, parent_adapters, generator, **hp)
             children.append(_child_record(loser, next_id, parents, op, kind, step, child, info))
             next_id += 1
     return children
+
+
+def ranked_roles(members, selection):
+    """{role: that role's members, best first by ratings.SELECTION[selection]}; roles in the order
+    they first appear. sorted is stable, so ties keep the members' order."""
+    if selection not in ratings.SELECTION:
+        raise ValueError(f"selection {selection!r}: expected one of {list(ratings.SELECTION)}")
+    score = ratings.SELECTION[selection]
+    ranked = {}
+    for role in dict.fromkeys(m["role"] for m in members):
+        same_role = [m for m in members if m["role"] == role]
+        ranked[role] = sorted(same_role, key=lambda m: -score(m))
+    return ranked
+
+
+def n_culled(n, frac):
+    """Members replaced per event in a role of n: ⌈frac·n⌉, but never the best one."""
+    return min(math.ceil(frac * n), n - 1)
 
 
 def _child_record(loser, child_id, parents, op, kind, step, child, info):

@@ -2,8 +2,8 @@
 
 Why a file of its own: the rating system is a part researchers swap (Elo, Glicko, a plain win
 rate). Everything else — matchmaking in train.py, the replacement step in evolve.py, the metrics in
-logs.py — goes through initial / win_probability / update / conservative_score / child, so another
-system is a change to this file alone. A member carries its rating as the keys "mu" and "sigma"
+logs.py — goes through initial / win_probability / update / SELECTION / child, so another system is
+a change to this file alone. A member carries its rating as the keys "mu" and "sigma"
 (checkpoints and metrics.jsonl record them under those names).
 """
 import math
@@ -41,11 +41,24 @@ def update(teacher, student, outcome):
     student["mu"], student["sigma"] = s.mu, s.sigma
 
 
+def mean_score(member):
+    """The default selection score: mu alone, the rating's best estimate of the member's skill."""
+    return member["mu"]
+
+
 def conservative_score(member):
-    """What selection ranks by (design §7): mu - 3 sigma."""
+    """TrueSkill's leaderboard score mu - 3 sigma (the first design's selection score)."""
     return member["mu"] - 3 * member["sigma"]
 
 
+# What evolution ranks a role by (cfg["selection"]; the paper is silent, the choice is ours).
+SELECTION = {
+    "mu": mean_score,
+    "conservative": conservative_score,
+}
+
+
 def child(parents):
-    """The rating of a child made from `parents` (design §7): the parents' mean mu, a fresh sigma."""
+    """The rating of a child made from `parents` (design §7): the parents' mean mu, a fresh
+    sigma."""
     return {"mu": sum(p["mu"] for p in parents) / len(parents), "sigma": TRUESKILL.sigma}
