@@ -253,6 +253,8 @@ def main():
     parser.add_argument("--child_sd", type=float, default=0.2, help="child skill spread")
     parser.add_argument("--out", default=os.path.join(ROOT, "results", "selection"))
     args = parser.parse_args()
+    # the code that runs is the code at start
+    commit, dirty = git_state()
     started = time.time()
     rows = []
     for child_model in args.child_models.split(","):
@@ -266,7 +268,6 @@ def main():
                     row[key] = interval([r[key] for r in runs])
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    commit, dirty = git_state()
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "child_model")}
     command = "python bench/selection.py " + " ".join(sys.argv[1:])
     result = {"command": command.strip(), "git_commit": commit, "git_dirty": dirty,
