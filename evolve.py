@@ -758,11 +758,12 @@ def _names(text, table, key):
 
 def replacement_step(members, adapters, cfg, generator, step, next_id):
     """One evolution event (design §7). Within each role of size >= 2, rank by cfg["selection"]
-    (ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never the best; n_culled). Each child:
-    with probability crossover_prob a crossover of two distinct parents from the top ⌈n/2⌉ (fitter
-    first), else a mutation of one; the operator is drawn uniformly from the enabled list (both
-    lists empty: copy_parent). Parents are read from `adapters` (name -> adapter) as they were
-    before this step; nothing in `members` or `adapters` is modified.
+    (ratings.selection_score, through ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never
+    the best; n_culled). Each child: with probability crossover_prob a crossover of two distinct
+    parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator is drawn
+    uniformly from the enabled list (both lists empty: copy_parent). Parents are read from
+    `adapters` (name -> adapter) as they were before this step; nothing in `members` or `adapters`
+    is modified.
 
     cfg: selection ("conservative"), evolve_frac (0.25), crossover_prob (0.5), mutations /
     crossovers (comma-separated names); every operator runs with its defaults (reference §6).
@@ -770,7 +771,8 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
     "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else
     None: the caller copies the per-module optimizer state from these), "mu", "sigma"
-    (ratings.child: the parents' mean μ, a fresh σ), "fallback", "info"}."""
+    (ratings.child: the parents' mean μ; the parents' mean σ, or under "conservative" a fresh σ),
+    "fallback", "info"}."""
     frac = float(cfg.get("evolve_frac", 0.25))
     p_cross = float(cfg.get("crossover_prob", 0.5))
     if not 0 < frac <= 1 or not 0 <= p_cross <= 1:
@@ -780,7 +782,6 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
     selection = cfg.get("selection", "conservative")
     by_role = ranked_roles(members, selection)
-    score = ratings.SELECTION[selection]
     # a new member's rating uncertainty: weighted_multi's fitness unit
     unit = ratings.initial()["sigma"]
     children = []
@@ -795,24 +796,25 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
             if op == "weighted_multi":
                 # [ours] fitness in units of a new member's sigma: T = 1 then tilts mildly, not a
                 # copy
-                hp["fitness"] = [score(p) / unit for p in parents]
+                hp["fitness"] = [ratings.selection_score(p, selection) / unit for p in parents]
             parent_adapters = [adapters[p["name"]] for p in parents]
             child, info = apply_operator(op, kind, parent_adapters, generator, **hp)
-            children.append(_child_record(loser, next_id, parents, op, kind, step, child, info))
+            rating = ratings.child(parents, selection)
+            children.append(_child_record(loser, next_id, parents, op, kind, step, child, info,
+                                          rating))
             next_id += 1
     return children
 
 
 def ranked_roles(members, selection):
-    """{role: that role's members, best first by ratings.SELECTION[selection]}; roles in the order
-    they first appear. sorted is stable, so ties keep the members' order."""
-    if selection not in ratings.SELECTION:
-        raise ValueError(f"selection {selection!r}: expected one of {list(ratings.SELECTION)}")
-    score = ratings.SELECTION[selection]
+    """{role: that role's members, best first by ratings.selection_score}; roles in the order they
+    first appear. sorted is stable, so ties keep the members' order."""
+    if selection not in ratings.SELECTIONS:
+        raise ValueError(f"selection {selection!r}: expected one of {list(ratings.SELECTIONS)}")
     ranked = {}
     for role in dict.fromkeys(m["role"] for m in members):
         same_role = [m for m in members if m["role"] == role]
-        ranked[role] = sorted(same_role, key=lambda m: -score(m))
+        ranked[role] = sorted(same_role, key=lambda m: -ratings.selection_score(m, selection))
     return ranked
 
 
@@ -821,7 +823,7 @@ def n_culled(n, frac):
     return min(math.ceil(frac * n), n - 1)
 
 
-def _child_record(loser, child_id, parents, op, kind, step, child, info):
+def _child_record(loser, child_id, parents, op, kind, step, child, info, rating):
     """The record of one child (its keys are listed in replacement_step's docstring)."""
     names = [p["name"] for p in parents]
     donors = None
@@ -841,7 +843,8 @@ def _child_record(loser, child_id, parents, op, kind, step, child, info):
         "adapter": child,
         "copy_optimizer_from": copy_optimizer_from,
         "optimizer_donors": donors,
-        **ratings.child(parents),
+        "mu": rating["mu"],
+        "sigma": rating["sigma"],
         "fallback": info["fallback"],
         "info": info,
     }

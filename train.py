@@ -117,6 +117,9 @@ config = dict(
                                     # (tiny-warm: its own seeds.jsonl)
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
+    # evolution's ranking and child ratings: conservative (by mu - 3 sigma, a child gets a fresh
+    # sigma) | inherit (by mu; a child inherits its parents' mu and sigma)
+    selection="conservative",
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
     # enabled mutations M1-M6 and crossovers (design §7; the controls copy_parent and linear_0_5
     # are off)
@@ -184,7 +187,8 @@ def check_config(cfg, roles):
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
                          ("dtype", ("", "float32", "bfloat16", "float16")),
                          ("teacher_reward", ("populora", "opensir", "soar")),
-                         ("topup", ("recent", "leeps"))):
+                         ("topup", ("recent", "leeps")),
+                         ("selection", ratings.SELECTIONS)):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
     if not 0 <= cfg["opensir_novelty_weight"] <= 1:

@@ -13,10 +13,10 @@ correctness is the match's solve rate, train.match_outcome turns that into the o
 margin 0.05) and ratings.update rates the match. Then every skill takes a random-walk step
 N(0, walk_sd): training moves members apart (initial skills N(0, init_sd)). Every `--evolve_every`
 steps, per role, the rule picks evolve.n_culled(n, evolve_frac) members, never the best by the
-rule's score (the named rules of ratings.SELECTION rank through evolve.ranked_roles, as
+rule's score (a rule of ratings.SELECTIONS ranks through evolve.ranked_roles, as
 evolve.replacement_step does); each becomes a child of top-half parents (two with probability
-crossover_prob, else one), rated by ratings.child (the parents' mean mu, a fresh sigma) unless the
-rule says otherwise, with a latent skill from the child model:
+crossover_prob, else one), rated by ratings.child under the rule's child rating (the parents' mean
+mu, and a fresh sigma or the parents' mean sigma), with a latent skill from the child model:
   neutral     the parents' mean skill + N(0, child_sd)
   worse       the parents' mean skill - 0.3 + N(0, 0.3): usually below its parents, often the
               weakest
@@ -24,6 +24,9 @@ rule says otherwise, with a latent skill from the child model:
               (results/retention: children start below their parent and are back within 10-20
               steps of training)
   unrelated   the role's mean skill + N(0, init_sd): the parents say nothing about the child
+  retention   what results/retention measured: a mutation's child is neutral; a crossover's is
+              neutral plus a deficit of 0.25 (about 0.05 of solve rate near p = 0.3, the crossovers'
+              start gaps 0.02-0.07) shrinking x0.85 a step (most are back within 12-14 steps)
 Not modelled: a teacher without a valid problem (it loses its match), N_T != N_S, skills that
 depend on the opponent (one number per member).
 
@@ -35,7 +38,8 @@ Measured per cull, at the event, before anyone is replaced (k = members culled p
   final_skill  the population's mean skill after the last step (selection lifts it)
 Per seed: the share (or mean) over its culls; the tables give the mean over seeds and a 95 %
 bootstrap interval (2,000 resamples of the seeds). Rule `random` (uniform among all but the best
-by mu) gives the chance levels.
+by mu) gives the chance levels. For the grace rules newest is 0 by construction (the previous
+event's child may not be culled); their door opens one event later.
 
 Writes OUT/report.md (command, commit, tables) and OUT/results.json; prints ONE JSON line:
 {"rows": [{"child_model", "size", "rule", "culls", "newest", "weakest", "door", "regret",
@@ -64,18 +68,20 @@ def mu_minus_sigma(member):
     return member["mu"] - member["sigma"]
 
 
-# The candidates. score: what the rule keeps (higher is better); None = random; a name of
-# ratings.SELECTION ranks through evolve.ranked_roles. grace: rated matches a child plays before it
-# may be culled. child_sigma: "fresh" (ratings.child) or "parents" (the parents' mean sigma).
+# The candidates. rank: a rule of ratings.SELECTIONS ("inherit" ranks by mu, "conservative" by
+# mu - 3 sigma) through evolve.ranked_roles, a score function (higher is kept), or None (random).
+# child: whose ratings.child rates a child ("conservative": a fresh sigma; "inherit": the parents'
+# mean sigma). grace: rated matches a child plays before it may be culled. The first two are
+# train.py's options.
 CANDIDATES = {
-    "conservative": dict(score="conservative", grace=0, child_sigma="fresh"),
-    "mu": dict(score="mu", grace=0, child_sigma="fresh"),
-    "mu_minus_sigma": dict(score=mu_minus_sigma, grace=0, child_sigma="fresh"),
-    "conservative_grace20": dict(score="conservative", grace=20, child_sigma="fresh"),
-    "mu_grace20": dict(score="mu", grace=20, child_sigma="fresh"),
-    "conservative_parents_sigma": dict(score="conservative", grace=0, child_sigma="parents"),
-    "mu_parents_sigma": dict(score="mu", grace=0, child_sigma="parents"),
-    "random": dict(score=None, grace=0, child_sigma="fresh"),
+    "conservative": dict(rank="conservative", child="conservative", grace=0),
+    "inherit": dict(rank="inherit", child="inherit", grace=0),
+    "mu": dict(rank="inherit", child="conservative", grace=0),
+    "mu_minus_sigma": dict(rank=mu_minus_sigma, child="conservative", grace=0),
+    "conservative_grace20": dict(rank="conservative", child="conservative", grace=20),
+    "mu_grace20": dict(rank="inherit", child="conservative", grace=20),
+    "conservative_inherit": dict(rank="conservative", child="inherit", grace=0),
+    "random": dict(rank=None, child="conservative", grace=0),
 }
 
 
@@ -91,6 +97,8 @@ def child_skill(model, parents, same_role, rng, args):
     if model == "unrelated":
         role_mean = sum(m["skill"] for m in same_role) / len(same_role)
         return role_mean + rng.normal(0, args.init_sd), 0.0
+    if model == "retention":
+        return mean + rng.normal(0, args.child_sd), 0.25 * (len(parents) == 2)
     raise ValueError(f"unknown child model {model!r}")
 
 
@@ -108,7 +116,7 @@ def solve_rate(student, teacher, rng, args):
 
 def ranked(same_role, rule, pick):
     """The role's members, best first, by the rule's score (random: shuffled after the best)."""
-    score = rule["score"]
+    score = rule["rank"]
     if isinstance(score, str):
         return evolve.ranked_roles(same_role, score)[same_role[0]["role"]]
     if score is None:
@@ -150,9 +158,7 @@ def event(members, rule, step, rng, pick, args, tally):
                 parents = pick.sample(top, 2)
             else:
                 parents = [pick.choice(top)]
-            rating = ratings.child(parents)
-            if rule["child_sigma"] == "parents":
-                rating["sigma"] = sum(p["sigma"] for p in parents) / len(parents)
+            rating = ratings.child(parents, rule["child"])
             skill, deficit = child_skill(args.child_model, parents, same_role, rng, args)
             loser.update(rating, skill=skill, deficit=deficit, born=step, matches=0)
 
@@ -239,7 +245,7 @@ def main():
     parser.add_argument("--seeds", type=int, default=40)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--sizes", default="4,8", help="N_T = N_S per population, comma-separated")
-    parser.add_argument("--child_models", default="neutral,worse,recovering,unrelated")
+    parser.add_argument("--child_models", default="neutral,worse,recovering,unrelated,retention")
     parser.add_argument("--rules", default=",".join(CANDIDATES))
     parser.add_argument("--evolve_every", type=int, default=10)
     parser.add_argument("--evolve_frac", type=float, default=0.25)
