@@ -765,7 +765,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     `adapters` (name -> adapter) as they were before this step; nothing in `members` or `adapters`
     is modified.
 
-    cfg: selection ("conservative"), evolve_frac (0.25), crossover_prob (0.5), mutations /
+    cfg: selection ("inherit"), evolve_frac (0.25), crossover_prob (0.5), mutations /
     crossovers (comma-separated names); every operator runs with its defaults (reference §6).
     Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
     (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
@@ -780,7 +780,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                          f"got {frac}, {p_cross}")
     mutations = _names(cfg.get("mutations", ",".join(MUTATIONS)), MUTATIONS, "mutations")
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
-    selection = cfg.get("selection", "conservative")
+    selection = cfg.get("selection", "inherit")
     by_role = ranked_roles(members, selection)
     # a new member's rating uncertainty: weighted_multi's fitness unit
     unit = ratings.initial()["sigma"]

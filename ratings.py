@@ -41,14 +41,14 @@ def update(teacher, student, outcome):
     student["mu"], student["sigma"] = s.mu, s.sigma
 
 
-# How evolution ranks a role and rates a child (cfg["selection"], design §7). The paper does not say;
-# the choice is ours, made with bench/selection.py (results/selection/): a simulation of the
+# How evolution ranks a role and rates a child (cfg["selection"], design §7). The paper does not
+# say; the choice is ours, made with bench/selection.py (results/selection/): a simulation of the
 # population's ratings with latent skills.
 #   inherit       rank by mu; a child inherits its parents' mean mu AND mean sigma, as if it were
-#                 their continuation
-#   conservative  rank by mu - 3 sigma; a child gets the parents' mean mu and a fresh sigma (the first
-#                 rule). A child still has a large sigma at the next event, so it ranks last again
-#                 whatever it did: this rule culls the newest child in most events.
+#                 their continuation (the default)
+#   conservative  rank by mu - 3 sigma; a child gets the parents' mean mu and a fresh sigma (the
+#                 first rule). A child still has a large sigma at the next event, so it ranks last
+#                 again whatever it did: this rule culls the newest child in most events.
 SELECTIONS = ("inherit", "conservative")
 
 

@@ -44,6 +44,10 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 7) Evolution happens at the start of every `evolve_every`-th step, before matchmaking, not after
    the update: every checkpoint (the one evaluate.py scores included) holds members that have
    trained, and the last step makes no children that nobody trains.
+8) Evolution ranks each role by TrueSkill mu, and a child inherits its parents' mean mu and sigma
+   (selection="inherit"; the paper does not say). mu - 3 sigma with a child at a fresh sigma
+   ("conservative", our first rule) ranks a child last again at the next event whatever it did,
+   and culled the newest child in most events of a simulation (bench/selection.py).
 """
 import argparse
 import contextlib
@@ -117,9 +121,9 @@ config = dict(
                                     # (tiny-warm: its own seeds.jsonl)
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
-    # evolution's ranking and child ratings: conservative (by mu - 3 sigma, a child gets a fresh
-    # sigma) | inherit (by mu; a child inherits its parents' mu and sigma)
-    selection="conservative",
+    # evolution's ranking and child ratings (deviation 8): inherit (by mu; a child inherits its
+    # parents' mu and sigma) | conservative (by mu - 3 sigma, a child at a fresh sigma: the first)
+    selection="inherit",
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
     # enabled mutations M1-M6 and crossovers (design §7; the controls copy_parent and linear_0_5
     # are off)
