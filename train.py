@@ -959,8 +959,9 @@ def main(cfg):
         topups = distributed.broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
-        # ---- ALGO 5: grade
+        # ---- ALGO 5: grade; every problem keeps its solve statistics
         grade(attempts, check)
+        archive.record_solves(attempts)
 
         # ---- ALGO 6: rewards (teacher_reward=opensir: novelty measured on rank 0, broadcast)
         novel = None
