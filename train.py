@@ -27,9 +27,11 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 2) TRR++ normalises per sequence, A = (r - mean) / (std + 1e-6) per (adapter, role, task) group
    (AZR's veRL whitens token-weighted). One optimizer step per step on fresh samples: PPO ratio 1,
    no clipping, KL, critic or reference.
-3) A valid problem always solved pays its teacher 0, one never solved `teacher_reward_unsolved`
-   (0: the paper's equation; AZR's code pays -0.5 for both). LoRA (rank 32, lr 1e-5) instead of
-   full fine-tuning at lr 1e-6.
+3) The paper says only that the student's failure rate is the teacher's reward. A valid problem
+   its matched student solves at rate 0 < p < 1 pays 1 - p (the failure rate), at p = 1 it pays 0,
+   and at p = 0 `teacher_reward_unsolved` (0) instead of a failure rate of 1: AZR's learnability
+   reward, so a problem nobody solves (perhaps nobody can) earns nothing. AZR's code pays -0.5 at
+   both ends. LoRA (rank 32, lr 1e-5) instead of full fine-tuning at lr 1e-6.
 4) The archive keeps 16,384 problems per task type, evicting the oldest (AZR drops new ones once
    full). A student whose teacher made fewer than `min_problems` valid problems of a type is topped
    up with recent archive problems (they train the student, they do not score the teacher). A too
@@ -290,9 +292,9 @@ def student_reward(correct, well_formed):
 
 def teacher_reward(valid, solve_rate, unsolved):
     """The proposer reward for one proposal (design §4.6, deviation 3): invalid or badly formatted
-    -1;
-    a valid problem its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too
-    easy) and `unsolved` if p = 0 (the paper's equation: 0; AZR's code: -0.5)."""
+    -1; a valid problem its matched student solves at rate p pays 1 - p (the student's failure
+    rate, the paper's words) if 0 < p < 1, 0 if p = 1 (too easy) and `unsolved` if p = 0 (our
+    default 0 is AZR's learnability reward; AZR's code pays -0.5)."""
     if not valid:
         return -1.0
     if solve_rate == 1:

@@ -619,6 +619,20 @@ def test_replacement_step_never_replaces_the_best_and_is_reproducible():
         assert all(torch.equal(r["adapter"][k], q["adapter"][k]) for k in r["adapter"])
 
 
+def test_one_operator_numbering():
+    """Issue 24: every operator has one label, and its docstring starts with it (bench/retention.py
+    and results/retention/ read the same table)."""
+    import re
+    assert set(evolve.MUTATION_LABELS) == set(evolve.MUTATIONS)
+    assert set(evolve.CROSSOVER_LABELS) == set(evolve.CROSSOVERS)
+    labels = list(evolve.MUTATION_LABELS.values()) + list(evolve.CROSSOVER_LABELS.values())
+    assert len(set(labels)) == len(labels)
+    for names, functions in ((evolve.MUTATION_LABELS, evolve.MUTATIONS),
+                             (evolve.CROSSOVER_LABELS, evolve.CROSSOVERS)):
+        for name, label in names.items():
+            assert re.match(r"[MX][0-9L]+", functions[name].__doc__).group() == label, name
+
+
 def child_with_a_good_record(selection):
     """4T+4S at an event: incumbents after many matches (σ 1.2), and s3, made at the previous event
     from s0 and s1 and rated by `selection`'s rule, has since won 6 of its 10 rated matches against a
