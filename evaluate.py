@@ -3,18 +3,18 @@ Greedy pass@1 of every member of a PopuLoRA checkpoint, the base model and a bas
 paper's ten benchmarks (design §11), with AZR's evaluation protocol (docs/eval.md); `report`
 draws the training dynamics.
 
-  python evaluate.py --ckpt out/step_000200 --benchmarks all --data_dir ../shared/benchmarks \
-      [--limit N]
-  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200 \
-      --data_dir ../shared/benchmarks
+  # the benchmarks and AZR's seed archives, pinned and checked, into data/ (data.py)
+  python evaluate.py fetch
+  python evaluate.py --ckpt out/step_000200 --benchmarks all [--limit N]
+  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200
   # any model as the baseline row, e.g. a full fine-tune (AZR's released checkpoint)
-  python evaluate.py --ckpt out/step_000200 --baseline_model FOLDER_OR_HUB_ID --data_dir ...
+  python evaluate.py --ckpt out/step_000200 --baseline_model FOLDER_OR_HUB_ID
   # every student on fresh problems of every teacher (figure 12): crossplay.json/.md/.png
   python evaluate.py crossplay --ckpt out/step_000200
   # PNG figures + report.md from metrics.jsonl (report.py)
   python evaluate.py report out [out-base]
   # gold answers / canonical solutions, one JSON line
-  python evaluate.py selfcheck --data_dir ../shared/benchmarks
+  python evaluate.py selfcheck
   # the laptop world, held out
   python evaluate.py --ckpt out/tiny/step_000060 --benchmarks tiny
 
@@ -53,6 +53,7 @@ import zlib
 
 from tqdm import tqdm
 
+import data
 import graders
 import logs
 import train
@@ -65,7 +66,7 @@ config = dict(
     baseline_ckpt="",           # checkpoint of the single-agent baseline (same base, LoRA shape)
     baseline_model="",          # or any model as the baseline row: hub id or folder (fine-tune)
     benchmarks="all",           # comma-separated names, or all / code / math
-    data_dir="",                # folder of benchmark JSONL files; "" = download (network, datasets)
+    data_dir="data",            # folder of benchmark JSONL files (`python evaluate.py fetch`)
     limit=0,                    # first N items of each benchmark; 0 = all
     out="",                     # folder for eval.json / eval.md; "" = the checkpoint folder
     model="",                   # base model override; "" = the one recorded in the checkpoint
@@ -104,24 +105,6 @@ MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench"
 MATH7 = MATH6 + ("gsm8k",)
 BENCHMARKS = CODE + MATH7
 TINY = "tiny"                                  # the laptop world's held-out set
-# where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split);
-# EvalPlus's own release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's
-# raw files (release_v5 = 1..5)
-SOURCES = {
-    "aime24": ("HuggingFaceH4/aime_2024", None, "train"),
-    "aime25": ("math-ai/aime25", None, "test"),
-    "amc23": ("math-ai/amc23", None, "test"),
-    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
-    "minerva_math": ("math-ai/minervamath", None, "test"),
-    "gsm8k": ("openai/gsm8k", "main", "test"),
-    "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
-    "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/"
-                     "HumanEvalPlus.jsonl.gz",
-    "mbppplus": "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/"
-                "MbppPlus.jsonl.gz",
-    "livecodebench": ("livecodebench/code_generation_lite",
-                      ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)]),
-}
 R1 = ("A conversation between User and Assistant. The user asks a question, and the Assistant "
       "solves it. The assistant first thinks about the reasoning process in the mind and then "
       "provides the user with the answer. The reasoning process and answer are enclosed within "
@@ -131,7 +114,8 @@ R1 = ("A conversation between User and Assistant. The user asks a question, and 
 
 def parse_config(defaults, argv):
     """train.py's CLI pattern: --key value / --key=value for every key, typed like its default."""
-    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0])
+    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0],
+                              source=__file__)
 
 
 def check_config(cfg):
@@ -170,46 +154,12 @@ def benchmark_names(spec):
 
 
 def _records(name, data_dir, cache_dir="out/.tiny"):
-    """Raw records in the offline files' format: data_dir/<name>.jsonl, or downloaded when data_dir
-    is "" (tiny: generated into cache_dir when data_dir has no tiny.jsonl)."""
-    if name == TINY and not (data_dir and os.path.isfile(os.path.join(data_dir, f"{name}.jsonl"))):
+    """Raw records in the fetched files' format: data_dir/<name>.jsonl (data.py; tiny: generated
+    into cache_dir when data_dir has no tiny.jsonl)."""
+    if name == TINY and not os.path.isfile(data.path(name, data_dir)):
         import tinyworld
         return _records(name, os.path.dirname(tinyworld.heldout_benchmark(cache_dir)))
-    if data_dir:
-        path = os.path.join(data_dir, f"{name}.jsonl")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{name}: no data file {path} "
-                                    "(see ../shared/benchmarks/README.md for the format)")
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise SystemExit(f"{path} line {n} is not JSON: {e}") from None
-        return rows
-    source = SOURCES[name]
-    if isinstance(source, str):   # EvalPlus release asset
-        import gzip
-        import urllib.request
-        with urllib.request.urlopen(source, timeout=120) as response:
-            text = gzip.decompress(response.read()).decode()
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if name == "livecodebench":
-        from huggingface_hub import hf_hub_download
-        rows = []
-        for file in source[1]:
-            with open(hf_hub_download(source[0], file, repo_type="dataset"), encoding="utf-8") as f:
-                rows += [json.loads(line) for line in f if line.strip()]
-        return rows
-    try:
-        import datasets   # optional: only needed without --data_dir
-    except ImportError:
-        raise SystemExit(f"{name}: no --data_dir given and the `datasets` package is not "
-                         "installed") from None
-    return [dict(r) for r in datasets.load_dataset(source[0], source[1], split=source[2])]
+    return data.read_jsonl(data.require(name, data_dir))
 
 
 def _last_boxed(text):
@@ -1026,10 +976,11 @@ if __name__ == "__main__":
         if not cfg["ckpt"]:
             raise SystemExit("crossplay needs --ckpt (a checkpoint folder out_dir/step_NNNNNN)")
         crossplay(cfg)
+    elif sys.argv[1:2] == ["fetch"]:
+        description = data.__doc__.strip().split("\n\n")[0]
+        data.fetch(train.parse_config(data.config, sys.argv[2:], description, data.__file__))
     elif sys.argv[1:2] == ["selfcheck"]:
         cfg = check_config(parse_config(config, sys.argv[2:]))
-        if not cfg["data_dir"] and cfg["benchmarks"] != TINY:
-            raise SystemExit("selfcheck needs --data_dir (a folder of benchmark JSONL files)")
         print(json.dumps(selfcheck(cfg)), flush=True)
     else:
         cfg = check_config(parse_config(config, sys.argv[1:]))

@@ -35,7 +35,7 @@ import torch
 import ratings
 
 A_KEY, B_KEY = ".lora_A.weight", ".lora_B.weight"
-# a child's ‖ΔW‖ must lie in [lo·min, hi·max] of its parents' ‖ΔW‖ (reference §6.1)
+# a child's ‖ΔW‖ must lie in [lo·min, hi·max] of its parents' ‖ΔW‖ (docs/evolve.md §6.1)
 SAFE_BAND = (0.25, 4.0)
 # PEFT's kaiming_uniform(a=√5) init gives A rows of norm ≈ 1/√3
 REFILL_NORM = 3 ** -0.5
@@ -778,7 +778,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     is modified.
 
     cfg: selection ("inherit"), evolve_frac (0.25), crossover_prob (0.5), mutations /
-    crossovers (comma-separated names); every operator runs with its defaults (reference §6).
+    crossovers (comma-separated names); every operator runs with its defaults (docs/evolve.md §6).
     Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
     (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
     "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else

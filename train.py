@@ -16,7 +16,7 @@ How to run (every config key is a flag, `--key value` or `--key=value`):
   python train.py                                         # one GPU, the paper-scale defaults
   torchrun --standalone --nproc_per_node 8 train.py --teachers 4 --students 4
   python train.py --baseline                              # AZR single agent, same batches
-  python train.py --seed_archive a.jsonl,b.jsonl --resume auto
+  python train.py --seed_archive a.jsonl,b.jsonl --resume auto    # default: data/'s AZR seeds
   python train.py --plan --gpu_memory_gb 80               # per-rank GPU memory plan, nothing loaded
 
 Deliberate deviations from the paper and from AZR (keep this list honest):
@@ -52,19 +52,23 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
    and culled the newest child in most events of a simulation (bench/selection.py).
 """
 import argparse
+import ast
 import contextlib
 import hashlib
+import io
 import json
 import os
 import random
 import sys
 import tempfile
 import time
+import tokenize
 
 import torch
 import torch.distributed as dist
 
 import archive
+import data
 import distributed
 import engines
 import evolve
@@ -119,17 +123,19 @@ config = dict(
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
     unsafe_sandbox_without_filesystem_isolation=False,
     archive_cap=16384,              # problems kept per task type; the oldest are evicted
-    seed_archive="",                # AZR seed JSONL files, comma-separated; "" = identity program
-                                    # (tiny-warm: its own seeds.jsonl)
+    seed_archive="auto",            # AZR seed JSONL files, comma-separated; "identity" = AZR's
+                                    # identity program; "auto" = AZR's two seed archives in data_dir
+                                    # (tiny: identity; tiny-warm: the laptop world's seeds.jsonl)
+    data_dir="data",                # fetched data (`python evaluate.py fetch`): AZR's seed archives
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
     # evolution's ranking and child ratings (deviation 8): inherit (by mu; a child inherits its
     # parents' mu and sigma) | conservative (by mu - 3 sigma, a child at a fresh sigma: the first)
     selection="inherit",
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
-    # enabled mutations M1-M6 and crossovers (design §7; the controls copy_parent and linear_0_5
-    # are off)
+    # enabled mutations M1-M6 (design §7; the control copy_parent is off)
     mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",
+    # enabled crossovers X1-X9 (design §7; the controls copy_parent and linear_0_5 are off)
     crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,"
                "core_ties,core_dare,weighted_multi,delta_slerp",
     engine="auto",                  # generation: vllm | hf | auto (vllm if importable and CUDA)
@@ -158,18 +164,59 @@ def str2bool(text):
     return text.lower() in ("1", "true", "yes")
 
 
-def parse_config(defaults, argv, description=None):
+def config_help(path):
+    """key -> its comments in the `config = dict(...)` of the file at `path`, so --help shows the
+    config's own words (one source): the comment at the end of the key's line (else the comment
+    lines just above it), and comment lines below it that start in the same column as its
+    end-of-line comment (a continuation)."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    # row -> (column, text) of every comment; code-free rows are the comment-only lines
+    comments, code_rows = {}, set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = (token.start[1], token.string.lstrip("#").strip())
+        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            code_rows.update(range(token.start[0], token.end[0] + 1))
+    call = next(node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "config")
+    helps, previous = {}, call.lineno
+    for keyword in call.keywords:
+        rows = range(keyword.lineno, keyword.end_lineno + 1)
+        own = [comments[row] for row in rows if row in comments]
+        above = [comments[row][1] for row in range(previous + 1, keyword.lineno)
+                 if row in comments and row not in code_rows]
+        # comment lines above a key with its own comment head a group: not its help
+        text = " ".join(above)
+        previous = keyword.end_lineno
+        if own:
+            column, text = own[-1]
+            while (previous + 1 in comments and previous + 1 not in code_rows
+                   and comments[previous + 1][0] == column):
+                previous += 1
+                text = f"{text} {comments[previous][1]}"
+        helps[keyword.arg] = text
+    return helps
+
+
+def parse_config(defaults, argv, description=None, source=__file__):
     """--key value / --key=value for every config key, typed like its default; a bool also as a
-    bare --key, and a None default is an optional bool. evaluate.py uses it for its own config."""
+    bare --key, and a None default is an optional bool. Each flag's --help is the key's comment in
+    `source` (the file defining `defaults`) and its default. evaluate.py uses it for its config."""
     if description is None:
         description = __doc__.strip().split("\n\n")[0]
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    helps = config_help(source)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     for key, value in defaults.items():
         if value is None or isinstance(value, bool):
-            kind = dict(type=str2bool, nargs="?", const=True)
+            kind = dict(type=str2bool, nargs="?", const=True, metavar="BOOL")
         else:
-            kind = dict(type=type(value))
-        parser.add_argument(f"--{key}", default=value, **kind)
+            kind = dict(type=type(value), metavar=type(value).__name__.upper())
+        # argparse formats help with %: a literal one is written %%
+        text = helps.get(key, "").replace("%", "%%")
+        parser.add_argument(f"--{key}", default=value, help=f"{text} (default: {value!r})",
+                            **kind)
     # unknown flags and bad values: argparse prints the reason and exits (2)
     return vars(parser.parse_args(argv))
 
@@ -812,6 +859,21 @@ def upgrade_archive(problems, cfg):
 PHASES = ("generate", "verify", "train", "evolve", "checkpoint")
 
 
+def seed_files(cfg):
+    """--seed_archive as comma-separated files ("" = AZR's identity program, archive.IDENTITY)."""
+    choice = cfg["seed_archive"]
+    if choice == "identity" or (choice == "auto" and cfg["model"] == "tiny"):
+        return ""
+    if choice == "auto" and cfg["model"] == "tiny-warm":
+        # the laptop world's own seeds (tinyworld.write_seeds): the identity program gives it
+        # nothing to solve
+        return os.path.join(tinyworld.model_folder("tiny-warm", cfg["model_cache"]), "seeds.jsonl")
+    if choice == "auto":
+        # a stop that names `python evaluate.py fetch` when they are not there
+        return ",".join(data.require(name, cfg["data_dir"]) for name in data.SEEDS)
+    return choice
+
+
 def member_roles(cfg):
     if cfg["baseline"]:
         return ["both"]
@@ -863,12 +925,7 @@ def main(cfg):
             return check(verify.validate, jobs)
         # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
         has_teachers = any(role in ("teacher", "both") for role in roles)
-        seed_files = cfg["seed_archive"]
-        if not seed_files and cfg["model"] == "tiny-warm":
-            # the laptop world's own seeds (tinyworld.write_seeds), not AZR's identity program
-            folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
-            seed_files = os.path.join(folder, "seeds.jsonl")
-        problems, line = archive.seed_archive(seed_files, validate_seeds, has_teachers)
+        problems, line = archive.seed_archive(seed_files(cfg), validate_seeds, has_teachers)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank

@@ -29,11 +29,16 @@ def require_vllm():
 
 
 def shared_path(*parts):
-    """Path under ../shared, or skip when the folder is not there (a user's fresh clone)."""
-    path = os.path.join(SHARED, *parts)
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not present (real data lives beside the repo in ../shared)")
-    return path
+    """Real data for a test: data/ (`python evaluate.py fetch`) when it holds what is asked, else the offline
+    copies in ../shared when they are there, else skip naming the fetch command (a user's fresh clone).
+    parts: ("benchmarks",) for the folder of benchmark files, ("azr_seeds", FILE) or ("benchmarks", FILE)."""
+    fetched = os.path.join(ROOT, "data", *parts[1:])
+    if len(parts) == 1:
+        fetched = os.path.join(ROOT, "data") if os.path.isfile(os.path.join(ROOT, "data", "aime24.jsonl")) else ""
+    for path in (fetched, os.path.join(SHARED, *parts)):
+        if path and os.path.exists(path):
+            return path
+    pytest.skip(f"no data for {'/'.join(parts)}: run `python evaluate.py fetch` first")
 
 
 @pytest.fixture(scope="session")
