@@ -27,9 +27,11 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 2) TRR++ normalises per sequence, A = (r - mean) / (std + 1e-6) per (adapter, role, task) group
    (AZR's veRL whitens token-weighted). One optimizer step per step on fresh samples: PPO ratio 1,
    no clipping, KL, critic or reference.
-3) A valid problem always solved pays its teacher 0, one never solved `teacher_reward_unsolved`
-   (0: the paper's equation; AZR's code pays -0.5 for both). LoRA (rank 32, lr 1e-5) instead of
-   full fine-tuning at lr 1e-6.
+3) The paper says only that the student's failure rate is the teacher's reward. A valid problem
+   its matched student solves at rate 0 < p < 1 pays 1 - p (the failure rate), at p = 1 it pays 0,
+   and at p = 0 `teacher_reward_unsolved` (0) instead of a failure rate of 1: AZR's learnability
+   reward, so a problem nobody solves (perhaps nobody can) earns nothing. AZR's code pays -0.5 at
+   both ends. LoRA (rank 32, lr 1e-5) instead of full fine-tuning at lr 1e-6.
 4) The archive keeps 16,384 problems per task type, evicting the oldest (AZR drops new ones once
    full). A student whose teacher made fewer than `min_problems` valid problems of a type is topped
    up with recent archive problems (they train the student, they do not score the teacher). A too
@@ -44,6 +46,10 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 7) Evolution happens at the start of every `evolve_every`-th step, before matchmaking, not after
    the update: every checkpoint (the one evaluate.py scores included) holds members that have
    trained, and the last step makes no children that nobody trains.
+8) Evolution ranks each role by TrueSkill mu, and a child inherits its parents' mean mu and sigma
+   (selection="inherit"; the paper does not say). mu - 3 sigma with a child at a fresh sigma
+   ("conservative", our first rule) ranks a child last again at the next event whatever it did,
+   and culled the newest child in most events of a simulation (bench/selection.py).
 """
 import argparse
 import ast
@@ -123,6 +129,9 @@ config = dict(
     data_dir="data",                # fetched data (`python evaluate.py fetch`): AZR's seed archives
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
+    # evolution's ranking and child ratings (deviation 8): inherit (by mu; a child inherits its
+    # parents' mu and sigma) | conservative (by mu - 3 sigma, a child at a fresh sigma: the first)
+    selection="inherit",
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
     # enabled mutations M1-M6 (design §7; the control copy_parent is off)
     mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",
@@ -231,7 +240,8 @@ def check_config(cfg, roles):
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
                          ("dtype", ("", "float32", "bfloat16", "float16")),
                          ("teacher_reward", ("populora", "opensir", "soar")),
-                         ("topup", ("recent", "leeps"))):
+                         ("topup", ("recent", "leeps")),
+                         ("selection", ratings.SELECTIONS)):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
     if not 0 <= cfg["opensir_novelty_weight"] <= 1:
@@ -329,9 +339,9 @@ def student_reward(correct, well_formed):
 
 def teacher_reward(valid, solve_rate, unsolved):
     """The proposer reward for one proposal (design §4.6, deviation 3): invalid or badly formatted
-    -1;
-    a valid problem its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too
-    easy) and `unsolved` if p = 0 (the paper's equation: 0; AZR's code: -0.5)."""
+    -1; a valid problem its matched student solves at rate p pays 1 - p (the student's failure
+    rate, the paper's words) if 0 < p < 1, 0 if p = 1 (too easy) and `unsolved` if p = 0 (our
+    default 0 is AZR's learnability reward; AZR's code pays -0.5)."""
     if not valid:
         return -1.0
     if solve_rate == 1:
@@ -1008,8 +1018,9 @@ def main(cfg):
         topups = distributed.broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
-        # ---- ALGO 5: grade
+        # ---- ALGO 5: grade; every problem keeps its solve statistics
         grade(attempts, check)
+        archive.record_solves(attempts)
 
         # ---- ALGO 6: rewards (teacher_reward=opensir: novelty measured on rank 0, broadcast)
         novel = None

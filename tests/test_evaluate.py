@@ -353,7 +353,7 @@ def test_report_writes_every_figure(tmp_path):
     assert r.returncode == 0, r.stderr
     figures = json.loads(r.stdout.strip().splitlines()[-1])["figures"]
     names = ("rates", "difficulty", "complexity", "ratings", "matches", "archive",
-             "student_vs_teacher", "response_len")
+             "student_vs_teacher", "entropy", "response_len")
     assert sorted(figures) == sorted(f"{n}.png" for n in names)
     md = (tmp_path / "pop" / "report" / "report.md").read_text()
     for f in figures:

@@ -319,15 +319,20 @@ def test_rating_constants_and_updates_follow_trueskill():
     assert trueskill.global_env().mu == 25.0  # the package's global environment is untouched
 
 
-def test_win_probability_and_conservative_score():
+def test_win_probability_and_selection_scores():
     a, b = {"mu": 25.0, "sigma": 25 / 3}, {"mu": 25.0, "sigma": 25 / 3}
     assert ratings.win_probability(a, b) == pytest.approx(0.5)
     strong = {"mu": 35.0, "sigma": 2.0}
     assert ratings.win_probability(strong, a) > 0.8 and ratings.win_probability(strong, a) + ratings.win_probability(a, strong) == pytest.approx(1)
     members = [{"name": "x", "mu": 30.0, "sigma": 8.0}, {"name": "y", "mu": 26.0, "sigma": 1.0},
                {"name": "z", "mu": 20.0, "sigma": 0.5}]
-    assert ratings.conservative_score(members[0]) == 6.0
-    assert [m["name"] for m in sorted(members, key=ratings.conservative_score, reverse=True)] == ["y", "z", "x"]
+    conservative = lambda m: ratings.selection_score(m, "conservative")  # noqa: E731
+    assert conservative(members[0]) == 6.0
+    assert [m["name"] for m in sorted(members, key=conservative, reverse=True)] == ["y", "z", "x"]
+    assert [ratings.selection_score(m, "inherit") for m in members] == [30.0, 26.0, 20.0]
+    parents = members[:2]
+    assert ratings.child(parents, "inherit") == {"mu": 28.0, "sigma": 4.5}
+    assert ratings.child(parents, "conservative") == {"mu": 28.0, "sigma": 25 / 3}
 
 
 def rated(prefix, mus):
