@@ -134,6 +134,7 @@ config = dict(
     model_cache="out/.tiny",        # where the built-in tiny / tiny-warm bases are built and kept
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
     save_every=10,                  # steps between checkpoints (the last always saved); -1 = last
+    keep_checkpoints=3,             # newest checkpoints kept (7.75 GB each at 4T+4S 7B); 0 = all
     resume="",                      # "" = fresh, "auto" = newest checkpoint, or a step folder
     init_adapters="",               # "s0=PATH,...": start members from saved adapters, fresh AdamW
     samples_per_step=4,             # problems (with one answer each) to samples.jsonl per step
@@ -181,8 +182,15 @@ def check_config(cfg, roles):
                              "the seed archive alone)")
     if cfg["gpu_memory_gb"] < 0:
         raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
+    if cfg["dtype"] == "float16":
+        # no loss scaling: pg_loss divides by the member's token count (~1e6 at paper scale)
+        raise SystemExit("--dtype float16: not supported (training has no loss scaling, and the "
+                         "gradients of a loss divided by the token count underflow in float16); "
+                         "use bfloat16 (same memory, float32's range) or float32")
+    if cfg["keep_checkpoints"] < 0:
+        raise SystemExit(f"--keep_checkpoints {cfg['keep_checkpoints']}: must be >= 0 (0 = all)")
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
-                         ("dtype", ("", "float32", "bfloat16", "float16")),
+                         ("dtype", ("", "float32", "bfloat16")),
                          ("teacher_reward", ("populora", "opensir", "soar")),
                          ("topup", ("recent", "leeps"))):
         if cfg[key] not in allowed:
@@ -985,8 +993,10 @@ def main(cfg):
                     rates = [[name, i, rate] for (name, i), rate in probe_rates.items()]
                     state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
                                  leeps_stats=leeps_stats, probe_rates=rates)
-                    population.save_checkpoint(cfg["out_dir"], step + 1, model, members, optimizers,
-                                               state, problems)
+                    written = population.save_checkpoint(cfg["out_dir"], step + 1, model, members,
+                                                         optimizers, state, problems)
+                    # after the rename: the newest complete checkpoint is never the one removed
+                    population.prune_checkpoints(cfg["out_dir"], cfg["keep_checkpoints"], written)
                 if world > 1:
                     # inside an if true on every rank: nobody runs ahead of a checkpoint
                     dist.barrier()

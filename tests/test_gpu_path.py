@@ -154,6 +154,27 @@ def test_bf16_training_step_on_cpu(tiny_dir, tmp_path):
     assert row["step"] == 0 and row["teacher/reward"] is not None
 
 
+def test_float16_is_refused_before_anything_loads(tmp_path):
+    """--dtype float16 trained silently wrong (issue 21, item 3): no loss scaling, and pg_loss divides by the member's
+    token count, so the LoRA gradients underflow. It is refused at start-up with the way out."""
+    from test_train import tiny_cfg
+    with pytest.raises(SystemExit, match=r"--dtype float16: not supported .*loss scaling.*bfloat16"):
+        train.main(tiny_cfg("tiny", tmp_path, dtype="float16", steps=1))
+    assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_keep_checkpoints_removes_the_oldest(tiny_dir, tmp_path):
+    """A 7B 4T+4S checkpoint is 7.75 GB; 200 steps kept every one (155 GB). keep_checkpoints 2: the two newest
+    remain, and --resume auto continues from the newest."""
+    from test_train import tiny_cfg
+    cfg = tiny_cfg(tiny_dir, tmp_path, teachers=1, students=1, steps=4, save_every=1, keep_checkpoints=2)
+    train.main(cfg)
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("step_")) == ["step_000003", "step_000004"]
+    assert population.latest_checkpoint(str(tmp_path)).endswith("step_000004")
+    with pytest.raises(SystemExit, match="--keep_checkpoints -1"):
+        train.main(dict(cfg, keep_checkpoints=-1))
+
+
 def test_lora_sync_folder_falls_back_and_says_what_to_change(tmp_path):
     folder = engines.lora_folder("", str(tmp_path / "out"), need=1)
     assert os.path.isdir(folder)

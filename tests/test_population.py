@@ -436,3 +436,53 @@ def test_damaged_checkpoint_is_a_clear_error_and_loads_nothing(tiny_dir, tmp_pat
     assert fresh_members == members_before and all(not o.state for o in fresh_opt.values())
     for m in fresh_members:
         assert all(torch.equal(v, before[m["name"]][k]) for k, v in P.get_adapter(fresh, m["name"]).items())
+
+
+def test_checkpoints_hold_no_gpu_rng_state_and_resume_on_fewer_gpus(tiny_dir, tmp_path, monkeypatch):
+    """Resume with fewer visible GPUs (issue 21, item 4): a checkpoint stored one CUDA RNG state per visible GPU, and
+    torch.cuda.set_rng_state_all indexes torch.cuda.default_generators[i] for every saved state, so an 8-GPU
+    checkpoint restored where 1 GPU is visible raised IndexError. No GPU here: the two torch.cuda calls are replaced
+    by what they do on a node with 2 GPUs at save time and 1 at restore time (torch/cuda/random.py)."""
+    model, _, _, members = make_population(tiny_dir, roles=["teacher", "student"])
+    optimizers = {m["name"]: sgd_step(model, m["name"], lr=1e-3) for m in members}
+    archive = {"code_i": [], "code_o": [], "code_f": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [torch.zeros(16, dtype=torch.uint8)] * 2)
+
+    def set_rng_state_all(states):
+        generators = ["the one visible GPU's generator"]
+        for i, _ in enumerate(states):
+            generators[i]  # IndexError from the second state on, as in torch
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_rng_state_all)
+    folder = P.save_checkpoint(str(tmp_path), 1, model, members, optimizers, {"next_id": 2}, archive)
+    draws = torch.rand(3)
+    state_path = os.path.join(folder, "state.json")
+    state = json.load(open(state_path))
+    assert "cuda" not in state["rng"]
+    # a checkpoint written by the old code on 8 GPUs restores its CPU states and ignores the GPU ones
+    state["rng"]["cuda"] = [[0] * 16] * 8
+    with open(state_path, "w") as f:
+        json.dump(state, f)
+    torch.rand(5)
+    P.load_checkpoint(folder, model, members, optimizers)
+    assert torch.equal(torch.rand(3), draws)
+
+
+def test_prune_checkpoints_keeps_the_newest_and_the_one_just_written(tmp_path):
+    def complete(step):
+        folder = tmp_path / f"step_{step:06d}"
+        folder.mkdir()
+        (folder / "state.json").write_text("{}")
+        return str(folder)
+    folders = {step: complete(step) for step in (10, 20, 30, 40, 50)}
+    # a checkpoint being written (not yet renamed) and a crashed copy without state.json are never counted
+    (tmp_path / ".tmp_step_000060_123").mkdir()
+    (tmp_path / "step_000055").mkdir()
+    assert P.prune_checkpoints(str(tmp_path), 0, folders[50]) == []
+    # resumed from step 20 and just re-saved it: it stays beside the 2 newest
+    deleted = P.prune_checkpoints(str(tmp_path), 2, folders[20])
+    assert deleted == [folders[10], folders[30]]
+    assert sorted(os.listdir(tmp_path)) == [".tmp_step_000060_123", "step_000020", "step_000040", "step_000050",
+                                            "step_000055"]
+    assert P.latest_checkpoint(str(tmp_path)) == folders[50]
+    assert P.prune_checkpoints(str(tmp_path), 1, folders[50]) == [folders[20], folders[40]]
