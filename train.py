@@ -390,7 +390,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     whole batch, this rank's token-balanced share forwarded in micro-batches of
     `micro_batch_tokens`, gradients summed over ranks, global grad-norm clip, and the same AdamW
     step on every rank (design §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
-    "tokens" {role: count}}."""
+    "tokens" {role: count}, "mismatch" {"mean", "max"}: |log pi_vLLM - log pi_train| over the
+    forwarded tokens the engine gave log-probs for (None without)}."""
     rewards = [s["reward"] for s in sequences]
     advantages = trr_advantages(rewards, [(s["role"], s["task"]) for s in sequences])
     sequences = [dict(s, advantage=a) for s, a in zip(sequences, advantages)]
@@ -399,7 +400,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     # deviation 5: a zero-advantage sequence has no gradient, so it is not forwarded
     work = [s for s in sequences if s["advantage"] != 0 and s["completion_ids"]]
     stats = {"loss": 0.0, "grad_norm": 0.0, "entropy": {"teacher": 0.0, "student": 0.0},
-             "tokens": {"teacher": 0, "student": 0}}
+             "tokens": {"teacher": 0, "student": 0}, "mismatch": {"mean": None, "max": None}}
+    gaps = [0.0, 0, 0.0]  # rollout-trainer log-prob gaps: sum, count, max
     if not work:
         # the same on every rank: no collective, no AdamW step (the moments stay as they are)
         return stats
@@ -418,16 +420,21 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
                                             device=logp.device)
             loss = pg_loss(logp, mask, batch_advantages, total_tokens)
             loss.backward()
+            gap_sum, gap_count, gap_max = engines.logprob_gaps(logp, batch)
+            gaps = [gaps[0] + gap_sum, gaps[1] + gap_count, max(gaps[2], gap_max)]
             stats["loss"] += loss.item()
             for row, s in enumerate(batch):
                 stats["entropy"][s["role"]] += entropy[row].sum().item()
                 stats["tokens"][s["role"]] += int(mask[row].sum().item())
     numbers = [stats["loss"], stats["entropy"]["teacher"], stats["entropy"]["student"],
-               stats["tokens"]["teacher"], stats["tokens"]["student"]]
+               stats["tokens"]["teacher"], stats["tokens"]["student"], gaps[0], gaps[1]]
     numbers = distributed.sum_over_ranks(params, numbers, world)
     stats["loss"] = numbers[0]
     stats["entropy"] = {"teacher": numbers[1], "student": numbers[2]}
     stats["tokens"] = {"teacher": int(round(numbers[3])), "student": int(round(numbers[4]))}
+    gap_max = distributed.max_over_ranks(gaps[2], world, params[0].device)
+    if numbers[6] > 0:
+        stats["mismatch"] = {"mean": numbers[5] / numbers[6], "max": gap_max}
     # the norm before clipping, of the summed gradient: the same on every rank
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"]))
     optimizer.step()
@@ -921,8 +928,9 @@ def main(cfg):
         def generate(requests, purpose, temperature=cfg["temperature"]):
             # ONE batched call per phase, split over ranks; seeds reproducible after a resume
             seed = derive_seed(cfg["seed"], step, rank, purpose)
+            # contiguous blocks: a problem's attempts go to one rank, which prefills it once
             with timed(times, "generate"):
-                return distributed.split_run(lambda share: engines.generate(
+                return distributed.split_blocks(lambda share: engines.generate(
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
@@ -1004,6 +1012,10 @@ def main(cfg):
             row = logs.step_metrics(step, members, proposals, attempts, played, problems, stats,
                                     children)
             row.update({f"time/{k}": v for k, v in times.items()})
+            for name, member_stats in stats.items():
+                # rollout-trainer mismatch (vLLM engine only; None with hf or nothing trained)
+                row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
+                row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]
             row["time/step"] = time.time() - t_step
             generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
             row["tokens_per_s"] = generated / max(times["generate"], 1e-9)
