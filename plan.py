@@ -73,6 +73,12 @@ def head_size(config):
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def kv_bytes_per_token(config, dtype_bytes):
+    """Bytes of one token's keys and values in every layer of vLLM's KV cache."""
+    per_layer = 2 * config.num_key_value_heads * head_size(config) * dtype_bytes
+    return config.num_hidden_layers * per_layer
+
+
 def layer_elements(config):
     """Elements per token one decoder layer keeps for backward: residual input, two norm outputs,
     q, attention output, o-projection input, k and v, and the MLP's gate, up, activation,
@@ -162,8 +168,7 @@ def memory_plan(cfg, roles):
     vllm = cfg["gpu_memory_utilization"] * limit * GB
     slots = members * adapter * dtype_bytes
     kv_cache = vllm - base * dtype_bytes - slots - VLLM_RESERVE_GB * GB
-    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_size(config)
-    kv_tokens = max(0, int(kv_cache // (kv_per_token * dtype_bytes)))
+    kv_tokens = max(0, int(kv_cache // kv_bytes_per_token(config, dtype_bytes)))
     max_len = cfg["max_prompt_tokens"] + cfg["max_new_tokens"]
     # one member's float32 gradients and the flat all_reduce buffer (counted with one rank too, so
     # that --plan, which knows no world size, and the start-up check under torchrun agree)

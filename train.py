@@ -65,6 +65,7 @@ import evolve
 import logs
 import plan
 import population
+import preflight
 import ratings
 import tinyworld
 import variants
@@ -130,6 +131,7 @@ config = dict(
     lora_dir="",                    # vLLM adapter sync folder; "" = /dev/shm if room, else out_dir
     dist_timeout_min=60,            # minutes a rank may wait in a collective
     plan=False,                     # print the per-rank GPU memory plan (nothing loaded) and exit
+    preflight=False,                # one of everything at these flags, measured vs the plan; exit
     gpu_memory_gb=0.0,              # GPU memory per rank for the plan; 0 = detect (needs a GPU)
     model_cache="out/.tiny",        # where the built-in tiny / tiny-warm bases are built and kept
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
@@ -910,6 +912,11 @@ def main(cfg):
                                      dict(cfg, dtype=dtype))
     except OSError as e:
         raise SystemExit(f"--engine {cfg['engine']}: {e}")
+    if cfg["preflight"]:
+        # one update, generation, sync, all_reduce, checkpoint and sandbox burst beside the plan
+        resolved = dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing)
+        return preflight.run(resolved, roles, model, members, optimizers, engine, problems, check,
+                             train_member, rank, world)
     paths = {name: os.path.join(cfg["out_dir"], f"{name}.jsonl") for name in ("metrics", "samples")}
     wandb_run = None
     if rank == 0:
