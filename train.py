@@ -75,6 +75,7 @@ import evolve
 import logs
 import plan
 import population
+import preflight
 import ratings
 import tinyworld
 import variants
@@ -145,10 +146,12 @@ config = dict(
     lora_dir="",                    # vLLM adapter sync folder; "" = /dev/shm if room, else out_dir
     dist_timeout_min=60,            # minutes a rank may wait in a collective
     plan=False,                     # print the per-rank GPU memory plan (nothing loaded) and exit
+    preflight=False,                # one of everything at these flags, measured vs the plan; exit
     gpu_memory_gb=0.0,              # GPU memory per rank for the plan; 0 = detect (needs a GPU)
     model_cache="out/.tiny",        # where the built-in tiny / tiny-warm bases are built and kept
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
     save_every=10,                  # steps between checkpoints (the last always saved); -1 = last
+    keep_checkpoints=3,             # newest checkpoints kept (7.75 GB each at 4T+4S 7B); 0 = all
     resume="",                      # "" = fresh, "auto" = newest checkpoint, or a step folder
     init_adapters="",               # "s0=PATH,...": start members from saved adapters, fresh AdamW
     samples_per_step=4,             # problems (with one answer each) to samples.jsonl per step
@@ -237,8 +240,15 @@ def check_config(cfg, roles):
                              "the seed archive alone)")
     if cfg["gpu_memory_gb"] < 0:
         raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
+    if cfg["dtype"] == "float16":
+        # no loss scaling: pg_loss divides by the member's token count (~1e6 at paper scale)
+        raise SystemExit("--dtype float16: not supported (training has no loss scaling, and the "
+                         "gradients of a loss divided by the token count underflow in float16); "
+                         "use bfloat16 (same memory, float32's range) or float32")
+    if cfg["keep_checkpoints"] < 0:
+        raise SystemExit(f"--keep_checkpoints {cfg['keep_checkpoints']}: must be >= 0 (0 = all)")
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
-                         ("dtype", ("", "float32", "bfloat16", "float16")),
+                         ("dtype", ("", "float32", "bfloat16")),
                          ("teacher_reward", ("populora", "opensir", "soar")),
                          ("topup", ("recent", "leeps")),
                          ("selection", ratings.SELECTIONS)):
@@ -439,7 +449,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     whole batch, this rank's token-balanced share forwarded in micro-batches of
     `micro_batch_tokens`, gradients summed over ranks, global grad-norm clip, and the same AdamW
     step on every rank (design §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
-    "tokens" {role: count}}."""
+    "tokens" {role: count}, "mismatch" {"mean", "max"}: |log pi_vLLM - log pi_train| over the
+    forwarded tokens the engine gave log-probs for (None without)}."""
     rewards = [s["reward"] for s in sequences]
     advantages = trr_advantages(rewards, [(s["role"], s["task"]) for s in sequences])
     sequences = [dict(s, advantage=a) for s, a in zip(sequences, advantages)]
@@ -448,7 +459,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     # deviation 5: a zero-advantage sequence has no gradient, so it is not forwarded
     work = [s for s in sequences if s["advantage"] != 0 and s["completion_ids"]]
     stats = {"loss": 0.0, "grad_norm": 0.0, "entropy": {"teacher": 0.0, "student": 0.0},
-             "tokens": {"teacher": 0, "student": 0}}
+             "tokens": {"teacher": 0, "student": 0}, "mismatch": {"mean": None, "max": None}}
+    gaps = [0.0, 0, 0.0]  # rollout-trainer log-prob gaps: sum, count, max
     if not work:
         # the same on every rank: no collective, no AdamW step (the moments stay as they are)
         return stats
@@ -467,16 +479,21 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
                                             device=logp.device)
             loss = pg_loss(logp, mask, batch_advantages, total_tokens)
             loss.backward()
+            gap_sum, gap_count, gap_max = engines.logprob_gaps(logp, batch)
+            gaps = [gaps[0] + gap_sum, gaps[1] + gap_count, max(gaps[2], gap_max)]
             stats["loss"] += loss.item()
             for row, s in enumerate(batch):
                 stats["entropy"][s["role"]] += entropy[row].sum().item()
                 stats["tokens"][s["role"]] += int(mask[row].sum().item())
     numbers = [stats["loss"], stats["entropy"]["teacher"], stats["entropy"]["student"],
-               stats["tokens"]["teacher"], stats["tokens"]["student"]]
+               stats["tokens"]["teacher"], stats["tokens"]["student"], gaps[0], gaps[1]]
     numbers = distributed.sum_over_ranks(params, numbers, world)
     stats["loss"] = numbers[0]
     stats["entropy"] = {"teacher": numbers[1], "student": numbers[2]}
     stats["tokens"] = {"teacher": int(round(numbers[3])), "student": int(round(numbers[4]))}
+    gap_max = distributed.max_over_ranks(gaps[2], world, params[0].device)
+    if numbers[6] > 0:
+        stats["mismatch"] = {"mean": numbers[5] / numbers[6], "max": gap_max}
     # the norm before clipping, of the summed gradient: the same on every rank
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"]))
     optimizer.step()
@@ -962,6 +979,11 @@ def main(cfg):
                                      dict(cfg, dtype=dtype))
     except OSError as e:
         raise SystemExit(f"--engine {cfg['engine']}: {e}")
+    if cfg["preflight"]:
+        # one update, generation, sync, all_reduce, checkpoint and sandbox burst beside the plan
+        resolved = dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing)
+        return preflight.run(resolved, roles, model, members, optimizers, engine, problems, check,
+                             train_member, rank, world)
     paths = {name: os.path.join(cfg["out_dir"], f"{name}.jsonl") for name in ("metrics", "samples")}
     wandb_run = None
     if rank == 0:
@@ -980,8 +1002,9 @@ def main(cfg):
         def generate(requests, purpose, temperature=cfg["temperature"]):
             # ONE batched call per phase, split over ranks; seeds reproducible after a resume
             seed = derive_seed(cfg["seed"], step, rank, purpose)
+            # contiguous blocks: a problem's attempts go to one rank, which prefills it once
             with timed(times, "generate"):
-                return distributed.split_run(lambda share: engines.generate(
+                return distributed.split_blocks(lambda share: engines.generate(
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
@@ -1053,8 +1076,10 @@ def main(cfg):
                     rates = [[name, i, rate] for (name, i), rate in probe_rates.items()]
                     state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
                                  leeps_stats=leeps_stats, probe_rates=rates)
-                    population.save_checkpoint(cfg["out_dir"], step + 1, model, members, optimizers,
-                                               state, problems)
+                    written = population.save_checkpoint(cfg["out_dir"], step + 1, model, members,
+                                                         optimizers, state, problems)
+                    # after the rename: the newest complete checkpoint is never the one removed
+                    population.prune_checkpoints(cfg["out_dir"], cfg["keep_checkpoints"], written)
                 if world > 1:
                     # inside an if true on every rank: nobody runs ahead of a checkpoint
                     dist.barrier()
@@ -1062,6 +1087,10 @@ def main(cfg):
             row = logs.step_metrics(step, members, proposals, attempts, played, problems, stats,
                                     children)
             row.update({f"time/{k}": v for k, v in times.items()})
+            for name, member_stats in stats.items():
+                # rollout-trainer mismatch (vLLM engine only; None with hf or nothing trained)
+                row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
+                row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]
             row["time/step"] = time.time() - t_step
             generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
             row["tokens_per_s"] = generated / max(times["generate"], 1e-9)

@@ -57,16 +57,7 @@ def warm_dir():
 
 
 def peak_live_bytes(fn):
-    """Peak bytes of CPU tensors alive at once while fn() runs, above those alive before: torch's profiler records
-    every allocation and free (self_cpu_memory_usage per op); their running sum in time order is the live total.
-    Exact for tensor memory, blind to the interpreter's own; fn's return value is returned with it."""
-    import torch.profiler
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn()
-    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events()
-                    if e.self_cpu_memory_usage)
-    live = peak = 0
-    for _, change in events:
-        live += change
-        peak = max(peak, live)
-    return peak, result
+    """Peak bytes of CPU tensors alive at once while fn() runs (preflight.peak_live_bytes: the torch profiler's
+    allocations and frees summed in time order), and fn's return value."""
+    import preflight
+    return preflight.peak_live_bytes(fn)
