@@ -16,6 +16,8 @@ proposal completed by the verifier:
     cell       its cell of the coverage map
     history    topup=leeps: recent top-up outcomes, 1 = its attempts' rewards varied (a learning
                signal), 0 = they were all equal
+    attempts   student attempts graded on it so far (matched and top-up; record_solves)
+    correct    how many of them were right: correct / attempts is its solve rate (figure 8)
 """
 import functools
 import json
@@ -34,7 +36,7 @@ IDENTITY_F = dict(program=IDENTITY, message="Write a function that returns whate
 # the coverage box: each complexity descriptor is divided by its maximum here and clipped to 1
 BOX = {"ast_depth": 20, "cyclomatic": 20, "loc": 60, "variables": 30}
 # bookkeeping keys of a problem that neither the verifier nor the prompts read
-BOOKKEEPING = ("step", "cell", "complexity", "history")
+BOOKKEEPING = ("step", "cell", "complexity", "history", "attempts", "correct")
 
 
 def read_seed_files(paths):
@@ -147,11 +149,26 @@ def cvt_centroids(cells=4096, iterations=5):
 
 
 def describe(problems):
-    """Store each problem's complexity descriptors and its coverage cell in the problem."""
+    """Store in each new problem its complexity descriptors, its coverage cell and its solve
+    statistics (none yet)."""
     for p in problems:
         p["complexity"] = verify.complexity(p["program"])
         point = torch.tensor([[min(p["complexity"][k] / top, 1.0) for k, top in BOX.items()]])
         p["cell"] = int(torch.cdist(point, cvt_centroids()).argmin())
+        p.setdefault("attempts", 0)
+        p.setdefault("correct", 0)
+
+
+def record_solves(attempts):
+    """Every graded attempt counts on its problem (an archive record: matched problems joined the
+    archive at validation, top-ups come from it). One the engine could not generate is not
+    graded. A problem of an archive saved before these counts starts from 0."""
+    for a in attempts:
+        if a["gen"]["error"]:
+            continue
+        problem = a["problem"]
+        problem["attempts"] = problem.get("attempts", 0) + 1
+        problem["correct"] = problem.get("correct", 0) + int(a["correct"])
 
 
 def coverage(archive):

@@ -20,6 +20,12 @@ from fractions import Fraction
 
 MAX_DEPTH = 100        # nesting levels of an encoded value
 MAX_UNITS = 1 << 16    # size budget of one encoded value: a node is 1 unit, 16 chars of text 1 more
+# the parent's work on a value must stay linear: == between an int and a Decimal converts the int
+# (quadratic), a Fraction is normalised with gcd (quadratic), a set or dict whose keys share a hash
+# is built in quadratic time. So, both ways:
+MAX_INT_BITS = 1 << 14       # bits of an int (4,932 decimal digits) and of each part of a Fraction
+MAX_DECIMAL_CHARS = 1 << 12  # chars of a Decimal's text
+MAX_SAME_HASH = 8            # keys of one set or mapping that share a hash
 
 # type -> tag, for encoding
 _SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", deque: "deque"}
@@ -40,13 +46,37 @@ _CONTAINERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset,
                "dict": dict, "OrderedDict": OrderedDict, "Counter": Counter,
                "defaultdict": defaultdict}
 _PAIRS = (dict, OrderedDict, Counter, defaultdict)
+# a defaultdict's factory when it is a builtin type (by name); any other shows as "?" and comes back
+# as _unknown_factory (its repr is not a literal either way)
+_FACTORIES = {t.__name__: t for t in (list, dict, set, frozenset, tuple, int, float, complex, str,
+                                      bytes, bool)}
+_FACTORY_NAMES = {t: name for name, t in _FACTORIES.items()}
+
+
+def _spread(keys):
+    """Raise ValueError when more than MAX_SAME_HASH of `keys` share a hash (a set or dict of them
+    would take quadratic time to build), TypeError when one is unhashable."""
+    # too few to matter (most sets and dicts): no count
+    if len(keys) <= MAX_SAME_HASH:
+        return
+    seen = {}
+    for key in keys:
+        h = hash(key)
+        seen[h] = seen.get(h, 0) + 1
+        if seen[h] > MAX_SAME_HASH:
+            raise ValueError("too many keys with one hash")
+
+
+def _unknown_factory():
+    """The factory of a decoded defaultdict whose own factory was not a builtin type."""
+    raise KeyError("a default factory that did not cross the sandbox's wall")
 
 
 def encode(value, parts, budget, depth=0):
     """Append the canonical encoding of `value` to `parts` as JSON text. `budget` ([units left])
     caps the size, depth is capped at MAX_DEPTH, so a cyclic value fails (ValueError). Returns False
     when the value holds a type whose repr is not a plain literal (Counter, nan, ...): such a repr
-    must be evaluated back to be trusted (sandbox._evaluate)."""
+    must be shown with a rule (verify.shown_output)."""
     t = type(value)
     budget[0] -= 1
     if budget[0] < 0 or depth > MAX_DEPTH:
@@ -59,6 +89,8 @@ def encode(value, parts, budget, depth=0):
         parts.append('["str", %s]' % escape(value))
         return True
     if t is int:
+        if value.bit_length() > MAX_INT_BITS:
+            raise ValueError(f"output too large (an int of more than {MAX_INT_BITS} bits)")
         budget[0] -= value.bit_length() >> 6
         parts.append('["int", "%x"]' % value)
         return True
@@ -76,7 +108,12 @@ def encode(value, parts, budget, depth=0):
     if t in _MAPPINGS:
         parts.append('["%s", [' % tag)
         literal = t is dict
-        for n, (k, v) in enumerate(dict.items(value)):
+        # OrderedDict's own order (move_to_end does not move the underlying dict's); the type's
+        # method, not an attribute the instance may carry
+        items = dict.items(value)
+        if t is OrderedDict:
+            items = OrderedDict.items(value)
+        for n, (k, v) in enumerate(items):
             if n:
                 parts.append(", [")
             else:
@@ -85,7 +122,11 @@ def encode(value, parts, budget, depth=0):
             parts.append(", ")
             literal = encode(v, parts, budget, depth + 1) & literal
             parts.append("]")
-        parts.append("]]")
+        parts.append("]")
+        # what repr shows beyond the items: a defaultdict's factory (by name for a builtin type)
+        if t is defaultdict and value.default_factory is not None:
+            parts.append(', "%s"' % _FACTORY_NAMES.get(value.default_factory, "?"))
+        parts.append("]")
         return literal
     if t in _SEQUENCES:
         parts.append('["%s", [' % tag)
@@ -94,7 +135,11 @@ def encode(value, parts, budget, depth=0):
             if n:
                 parts.append(", ")
             literal = encode(v, parts, budget, depth + 1) & literal
-        parts.append("]]")
+        parts.append("]")
+        # ... and a deque's maxlen
+        if t is deque and value.maxlen is not None:
+            parts.append(', "%x"' % value.maxlen)
+        parts.append("]")
         return literal
     if t is bytes or t is bytearray:
         budget[0] -= len(value) >> 3
@@ -107,11 +152,17 @@ def encode(value, parts, budget, depth=0):
         parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
         return False
     if t is Fraction:
-        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 6
+        bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+        if bits > MAX_INT_BITS:
+            raise ValueError(f"output too large (a Fraction of more than {MAX_INT_BITS} bits)")
+        # gcd is quadratic: its units grow 4x faster than an int's
+        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 4
         parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
         return False
     # t is Decimal
     text = Decimal.__str__(value)
+    if len(text) > MAX_DECIMAL_CHARS:
+        raise ValueError(f"output too large (a Decimal of more than {MAX_DECIMAL_CHARS} chars)")
     budget[0] -= len(text) >> 4
     parts.append('["Decimal", %s]' % escape(text))
     return False
@@ -154,6 +205,10 @@ def _build(enc, budget, depth):
             texts.append(_text(item, budget))
     if tag == "str" and len(texts) == 1:
         return texts[0]
+    if tag in ("int", "Fraction", "range"):
+        for text in texts:
+            if len(text) > MAX_INT_BITS // 4 + 1:
+                raise ValueError("an int too large")
     if tag == "int" and len(texts) == 1:
         return int(texts[0], 16)
     if tag == "float" and len(texts) == 1:
@@ -167,10 +222,20 @@ def _build(enc, budget, depth):
     if tag == "range" and len(texts) == 3:
         return range(int(texts[0], 16), int(texts[1], 16), int(texts[2], 16))
     if tag == "Fraction" and len(texts) == 2:
+        budget[0] -= (len(texts[0]) + len(texts[1])) >> 2
+        if budget[0] < 0:
+            raise ValueError("too large")
         return Fraction(int(texts[0], 16), int(texts[1], 16))
     if tag == "Decimal" and len(texts) == 1:
+        if len(texts[0]) > MAX_DECIMAL_CHARS:
+            raise ValueError("a Decimal too large")
         return Decimal(texts[0])
-    # a container's one argument is the list of its items (a mapping's: [key, value] pairs)
+    # a container's first argument is the list of its items (a mapping's: [key, value] pairs); a
+    # deque may add its maxlen, a defaultdict its factory
+    extra = None
+    if tag in ("deque", "defaultdict") and len(args) == 2:
+        extra = _text(args[1], budget)
+        args = args[:1]
     if tag not in _CONTAINERS or len(args) != 1 or type(args[0]) is not list:
         raise TypeError(f"unknown tag or shape: {tag[:20]!r}")
     kind, items = _CONTAINERS[tag], []
@@ -183,8 +248,17 @@ def _build(enc, budget, depth):
             items.append((key, value))
         else:
             raise TypeError("not a key-value pair")
+    if kind in _PAIRS:
+        _spread([key for key, _ in items])
+    elif kind in (set, frozenset):
+        _spread(items)
     if kind is defaultdict:
-        return defaultdict(None, items)
+        factory = None
+        if extra is not None:
+            factory = _FACTORIES.get(extra, _unknown_factory)
+        return defaultdict(factory, items)
+    if kind is deque and extra is not None:
+        return deque(items, int(extra, 16))
     if kind is Counter:
         return Counter(dict(items))
     return kind(items)

@@ -3,14 +3,18 @@ Greedy pass@1 of every member of a PopuLoRA checkpoint, the base model and a bas
 paper's ten benchmarks (design §11), with AZR's evaluation protocol (docs/eval.md); `report`
 draws the training dynamics.
 
-  python evaluate.py --ckpt out/step_000200 --benchmarks all --data_dir ../shared/benchmarks \
-      [--limit N]
-  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200 \
-      --data_dir ../shared/benchmarks
+  # the benchmarks and AZR's seed archives, pinned and checked, into data/ (data.py)
+  python evaluate.py fetch
+  python evaluate.py --ckpt out/step_000200 --benchmarks all [--limit N]
+  python evaluate.py --ckpt out/step_000200 --baseline_ckpt out-base/step_000200
+  # any model as the baseline row, e.g. a full fine-tune (AZR's released checkpoint)
+  python evaluate.py --ckpt out/step_000200 --baseline_model FOLDER_OR_HUB_ID
+  # every student on fresh problems of every teacher (figure 12): crossplay.json/.md/.png
+  python evaluate.py crossplay --ckpt out/step_000200
   # PNG figures + report.md from metrics.jsonl (report.py)
   python evaluate.py report out [out-base]
   # gold answers / canonical solutions, one JSON line
-  python evaluate.py selfcheck --data_dir ../shared/benchmarks
+  python evaluate.py selfcheck
   # the laptop world, held out
   python evaluate.py --ckpt out/tiny/step_000060 --benchmarks tiny
 
@@ -49,6 +53,7 @@ import zlib
 
 from tqdm import tqdm
 
+import data
 import graders
 import logs
 import train
@@ -59,8 +64,9 @@ from verify import TASKS
 config = dict(
     ckpt="",                    # checkpoint folder of the population run (out/step_000200)
     baseline_ckpt="",           # checkpoint of the single-agent baseline (same base, LoRA shape)
+    baseline_model="",          # or any model as the baseline row: hub id or folder (fine-tune)
     benchmarks="all",           # comma-separated names, or all / code / math
-    data_dir="",                # folder of benchmark JSONL files; "" = download (network, datasets)
+    data_dir="data",            # folder of benchmark JSONL files (`python evaluate.py fetch`)
     limit=0,                    # first N items of each benchmark; 0 = all
     out="",                     # folder for eval.json / eval.md; "" = the checkpoint folder
     model="",                   # base model override; "" = the one recorded in the checkpoint
@@ -83,6 +89,10 @@ config = dict(
     workers=0,                  # math scoring processes; 0 = cpu count
     seed=2,                     # generation seed (greedy, so only ties care)
     tiny_tokens=256,            # new tokens per tiny-world answer (the warm start's are < 150)
+    # crossplay: fresh problems per teacher and task type, attempts per problem; 0 = the run's
+    # propose_per_task / solve_samples
+    crossplay_problems=0,
+    crossplay_samples=0,
     model_cache="out/.tiny",    # where the tiny / tiny-warm bases and tiny.jsonl are built once
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
     unsafe_sandbox_without_filesystem_isolation=False,
@@ -95,24 +105,6 @@ MATH6 = ("aime24", "aime25", "amc23", "math500", "minerva_math", "olympiadbench"
 MATH7 = MATH6 + ("gsm8k",)
 BENCHMARKS = CODE + MATH7
 TINY = "tiny"                                  # the laptop world's held-out set
-# where a benchmark comes from when there is no --data_dir: (HF dataset id, config, split);
-# EvalPlus's own release files for HumanEval+/MBPP+ (their HF copies lack the plus inputs); LCB's
-# raw files (release_v5 = 1..5)
-SOURCES = {
-    "aime24": ("HuggingFaceH4/aime_2024", None, "train"),
-    "aime25": ("math-ai/aime25", None, "test"),
-    "amc23": ("math-ai/amc23", None, "test"),
-    "math500": ("HuggingFaceH4/MATH-500", None, "test"),
-    "minerva_math": ("math-ai/minervamath", None, "test"),
-    "gsm8k": ("openai/gsm8k", "main", "test"),
-    "olympiadbench": ("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
-    "humanevalplus": "https://github.com/evalplus/humanevalplus_release/releases/download/v0.1.10/"
-                     "HumanEvalPlus.jsonl.gz",
-    "mbppplus": "https://github.com/evalplus/mbppplus_release/releases/download/v0.2.0/"
-                "MbppPlus.jsonl.gz",
-    "livecodebench": ("livecodebench/code_generation_lite",
-                      ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 6)]),
-}
 R1 = ("A conversation between User and Assistant. The user asks a question, and the Assistant "
       "solves it. The assistant first thinks about the reasoning process in the mind and then "
       "provides the user with the answer. The reasoning process and answer are enclosed within "
@@ -122,7 +114,8 @@ R1 = ("A conversation between User and Assistant. The user asks a question, and 
 
 def parse_config(defaults, argv):
     """train.py's CLI pattern: --key value / --key=value for every key, typed like its default."""
-    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0])
+    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0],
+                              source=__file__)
 
 
 def check_config(cfg):
@@ -140,6 +133,9 @@ def check_config(cfg):
         if not key.endswith(budgets) and value < 0:
             raise SystemExit(f"--{key} {value}: must be >= 0")
     benchmark_names(cfg["benchmarks"])
+    if cfg["baseline_ckpt"] and cfg["baseline_model"]:
+        raise SystemExit("--baseline_ckpt and --baseline_model both name the baseline row: "
+                         "give one")
     return cfg
 
 
@@ -158,46 +154,12 @@ def benchmark_names(spec):
 
 
 def _records(name, data_dir, cache_dir="out/.tiny"):
-    """Raw records in the offline files' format: data_dir/<name>.jsonl, or downloaded when data_dir
-    is "" (tiny: generated into cache_dir when data_dir has no tiny.jsonl)."""
-    if name == TINY and not (data_dir and os.path.isfile(os.path.join(data_dir, f"{name}.jsonl"))):
+    """Raw records in the fetched files' format: data_dir/<name>.jsonl (data.py; tiny: generated
+    into cache_dir when data_dir has no tiny.jsonl)."""
+    if name == TINY and not os.path.isfile(data.path(name, data_dir)):
         import tinyworld
         return _records(name, os.path.dirname(tinyworld.heldout_benchmark(cache_dir)))
-    if data_dir:
-        path = os.path.join(data_dir, f"{name}.jsonl")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{name}: no data file {path} "
-                                    "(see ../shared/benchmarks/README.md for the format)")
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise SystemExit(f"{path} line {n} is not JSON: {e}") from None
-        return rows
-    source = SOURCES[name]
-    if isinstance(source, str):   # EvalPlus release asset
-        import gzip
-        import urllib.request
-        with urllib.request.urlopen(source, timeout=120) as response:
-            text = gzip.decompress(response.read()).decode()
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    if name == "livecodebench":
-        from huggingface_hub import hf_hub_download
-        rows = []
-        for file in source[1]:
-            with open(hf_hub_download(source[0], file, repo_type="dataset"), encoding="utf-8") as f:
-                rows += [json.loads(line) for line in f if line.strip()]
-        return rows
-    try:
-        import datasets   # optional: only needed without --data_dir
-    except ImportError:
-        raise SystemExit(f"{name}: no --data_dir given and the `datasets` package is not "
-                         "installed") from None
-    return [dict(r) for r in datasets.load_dataset(source[0], source[1], split=source[2])]
+    return data.read_jsonl(data.require(name, data_dir))
 
 
 def _last_boxed(text):
@@ -535,21 +497,10 @@ def _state(folder, flag):
                          f"(out_dir/step_NNNNNN with state.json): {e}{hint}")
 
 
-def load_rows(cfg):
-    """One engine for the checkpoint's members, the baseline's adapter and the base: two extra
-    zero-initialised "both" slots (B = 0 is exactly the base; the first is overwritten by the
-    baseline). -> (engine, {row: slot}, {row: role}, state)."""
-    state = _state(cfg["ckpt"], "ckpt")
-    run, roles = state["config"], [m["role"] for m in state["members"]]
-    baseline = cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")
-    if baseline and baseline["config"].get("model") != run.get("model"):
-        raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base "
-                         "model than --ckpt")
+def engine_settings(cfg):
+    """(engine kind, device, dtype) for cfg's engine / device / dtype, "" and auto resolved."""
     import importlib.util
     import torch
-    import engines
-    import population
-    import tinyworld
     cuda = torch.cuda.is_available()
     engine = cfg["engine"]
     if engine == "auto" and cuda and importlib.util.find_spec("vllm"):
@@ -568,14 +519,50 @@ def load_rows(cfg):
         dtype = "bfloat16"
     elif not dtype:
         dtype = "float32"
-    model_name = cfg["model"] or run["model"]
+    return engine, device, dtype
+
+
+def load_model(model_name, run, roles, cfg):
+    """A base model (hub id, folder, tiny or tiny-warm) with one LoRA slot per role in the run's
+    LoRA shape, all at their zero init. -> (path, model, tokenizer, members)."""
+    import population
+    import tinyworld
+    _, device, dtype = engine_settings(cfg)
     path = tinyworld.model_folder(model_name, cfg["model_cache"])
-    base, tokenizer = population.load_base(path, dtype, device)
+    try:
+        base, tokenizer = population.load_base(path, dtype, device)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"model {model_name!r}: cannot load it ({type(e).__name__}: {e})")
+    model, members = population.init_population(base, tokenizer, run, roles)
+    return path, model, tokenizer, members
+
+
+def start_engine(path, model, tokenizer, members, run, cfg):
+    import engines
+    kind, _, dtype = engine_settings(cfg)
+    engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"],
+                      seed=cfg["seed"], dtype=dtype,
+                      gpu_memory_utilization=cfg["gpu_memory_utilization"])
+    return engines.make_engine(kind, path, model, tokenizer, members, engine_cfg)
+
+
+def load_rows(cfg):
+    """One engine for the checkpoint's members, the baseline's adapter and the base: two extra
+    zero-initialised "both" slots (B = 0 is exactly the base; the first is overwritten by the
+    baseline). -> (engine, {row: slot}, {row: role}, state, the checkpoint's archive)."""
+    import population
+    state = _state(cfg["ckpt"], "ckpt")
+    run, roles = state["config"], [m["role"] for m in state["members"]]
+    baseline = cfg["baseline_ckpt"] and _state(cfg["baseline_ckpt"], "baseline_ckpt")
+    if baseline and baseline["config"].get("model") != run.get("model"):
+        raise SystemExit(f"--baseline_ckpt {cfg['baseline_ckpt']} was trained on another base "
+                         "model than --ckpt")
     extra_roles = ["both"] * (1 + bool(baseline))
-    model, members = population.init_population(base, tokenizer, run, roles + extra_roles)
+    path, model, tokenizer, members = load_model(cfg["model"] or run["model"], run,
+                                                 roles + extra_roles, cfg)
     own, extra = members[:len(roles)], members[len(roles):]
     try:
-        population.load_checkpoint(cfg["ckpt"], model, own, {})
+        _, problems = population.load_checkpoint(cfg["ckpt"], model, own, {})
         if cfg["baseline_ckpt"]:
             population.load_checkpoint(cfg["baseline_ckpt"], model, extra[:1], {})
     except ValueError as e:
@@ -584,11 +571,29 @@ def load_rows(cfg):
     if cfg["baseline_ckpt"]:
         rows["baseline"] = extra[0]["name"]
     rows["base"] = extra[-1]["name"]
-    engine_cfg = dict(lora_rank=run["lora_rank"], max_model_len=cfg["max_model_len"],
-                      seed=cfg["seed"], dtype=dtype,
-                      gpu_memory_utilization=cfg["gpu_memory_utilization"])
-    engine = engines.make_engine(engine, path, model, tokenizer, own + extra, engine_cfg)
-    return engine, rows, {m["name"]: m["role"] for m in own}, state
+    engine = start_engine(path, model, tokenizer, own + extra, run, cfg)
+    return engine, rows, {m["name"]: m["role"] for m in own}, state, problems
+
+
+def close_engine(engine):
+    """Shut the engine down and free its model's memory before another model loads."""
+    import gc
+    import engines
+    import torch
+    engines.close_engine(engine)
+    engine.clear()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def load_baseline_model(cfg, run):
+    """--baseline_model: any model (a hub id or folder, e.g. a full fine-tune such as AZR's
+    released checkpoint) as the baseline row, in an engine of its own: one zero LoRA slot (B = 0
+    is exactly the model). -> (engine, {"baseline": slot})."""
+    path, model, tokenizer, members = load_model(cfg["baseline_model"], run, ["both"], cfg)
+    engine = start_engine(path, model, tokenizer, members, run, cfg)
+    return engine, {"baseline": members[0]["name"]}
 
 
 def average(values):
@@ -600,14 +605,18 @@ def average(values):
 
 
 def summarize(scores, roles):
-    """Per row: averages (code, math over AZR's six, math over seven, overall = mean of code and
-    math-6); table rows: base, baseline, population mean, best teacher, best student, weakest member
-    (by overall)."""
+    """Per row: averages (code, math over AZR's six, math over seven; overall = the mean of code and
+    math-7, the paper's ten benchmarks, and overall_azr = the mean of code and math-6, AZR's); table
+    rows: base, baseline, population mean, best teacher, best student, weakest member, chosen by
+    overall: the paper's claims ("even the weakest member beats the baseline on aggregate") are
+    over its three code and seven math benchmarks. [ours] The paper does not write its aggregate
+    out; we take AZR's form, the mean of the code and math averages."""
     for row_scores in scores.values():
         row_scores["code_avg"] = average(row_scores.get(b) for b in CODE)
         row_scores["math_avg6"] = average(row_scores.get(b) for b in MATH6)
         row_scores["math_avg7"] = average(row_scores.get(b) for b in MATH7)
-        row_scores["overall"] = average([row_scores["code_avg"], row_scores["math_avg6"]])
+        row_scores["overall"] = average([row_scores["code_avg"], row_scores["math_avg7"]])
+        row_scores["overall_azr"] = average([row_scores["code_avg"], row_scores["math_avg6"]])
         # only the tiny benchmark was run
         if row_scores["overall"] is None:
             row_scores["overall"] = row_scores.get(TINY)
@@ -648,14 +657,16 @@ def markdown(table, names, title, skipped=()):
     columns = list(names)
     if TINY in names:
         columns += [f"{TINY}_{task}" for task in TASKS]
-    if any(name in BENCHMARKS for name in names):
-        columns += ["code_avg", "math_avg6", "math_avg7"]
     note = ""
+    if any(name in BENCHMARKS for name in names):
+        columns += ["code_avg", "math_avg6", "math_avg7", "overall", "overall_azr"]
+        note = (" math_avg6 = AZR's six math benchmarks, math_avg7 adds GSM8K; overall = the mean "
+                "of code_avg and math_avg7 (the paper's ten benchmarks; it picks the best and "
+                "weakest rows), overall_azr = the mean of code_avg and math_avg6 (AZR's).")
     if skipped:
-        note = (" Averages cover the benchmarks shown; not evaluated (no data file): "
-                f"{', '.join(skipped)}.")
-    lines = [f"# {title}", "",
-             f"Greedy pass@1 (%). Math avg (6) = AZR's six; (7) adds GSM8K.{note}", "",
+        note += (" Averages cover the benchmarks shown; not evaluated (no data file): "
+                 f"{', '.join(skipped)}.")
+    lines = [f"# {title}", "", f"Greedy pass@1 (%).{note}", "",
              "| | member | " + " | ".join(columns) + " |",
              "|---" * (len(columns) + 2) + "|"]
     for label, row in table.items():
@@ -703,8 +714,9 @@ def _evaluate_benchmark(name, items, engine, rows, budget, cfg, scores, items_ou
     texts = [o["text"] for o in outs]
     answers = _extract_answers(name, items, texts)
     verdicts = score(name, items, [(n % len(items), a) for n, a in enumerate(answers)], cfg)
-    items_out[name] = {"ids": [it["id"] for it in items]}
-    samples[name] = {}
+    # a second engine's rows (--baseline_model) join the first one's
+    items_out.setdefault(name, {"ids": [it["id"] for it in items]})
+    samples.setdefault(name, {})
     for j, row in enumerate(rows):
         first = j * len(items)
         part = verdicts[first:first + len(items)]
@@ -739,7 +751,7 @@ def evaluate(cfg):
                 raise SystemExit(str(e)) from None
             skipped[name] = str(e)
             print(f"skipping {name}: {e}", flush=True)
-    engine, rows, roles, state = load_rows(cfg)
+    engine, rows, roles, state, _ = load_rows(cfg)
     # new tokens per answer: EvalPlus's budget unless named here
     budget = {n: cfg["math_tokens"] for n in MATH7}
     budget["livecodebench"] = cfg["lcb_tokens"]
@@ -748,12 +760,22 @@ def evaluate(cfg):
     items_out, samples = {}, {}
     for name in tqdm(list(data), desc="benchmarks"):
         _evaluate_benchmark(name, data[name], engine, rows, budget, cfg, scores, items_out, samples)
+    if cfg["baseline_model"]:
+        # another model: its own engine, after the first one is shut down (GPU memory)
+        close_engine(engine)
+        engine, rows = load_baseline_model(cfg, state["config"])
+        scores["baseline"] = {}
+        for name in tqdm(list(data), desc="baseline model"):
+            _evaluate_benchmark(name, data[name], engine, rows, budget, cfg, scores, items_out,
+                                samples)
+        close_engine(engine)
     table = summarize(scores, roles)
     out = cfg["out"] or cfg["ckpt"]
     os.makedirs(out, exist_ok=True)
     result = {
         "ckpt": cfg["ckpt"],
         "baseline_ckpt": cfg["baseline_ckpt"],
+        "baseline_model": cfg["baseline_model"],
         "step": state.get("step"),
         "config": cfg,
         "benchmarks": list(data),
@@ -771,6 +793,142 @@ def evaluate(cfg):
     _save(os.path.join(out, "eval.md"), text)
     print(text, flush=True)
     return result
+
+
+# ------------------------------------------------------------- cross-play (the paper's figure 12)
+
+def crossplay(cfg):
+    """Every student (and the base, and a --baseline_ckpt's adapter) on fresh problems of every
+    teacher of one checkpoint, not only the pairs matchmaking happened to draw. The teachers
+    propose as in training (train.plan_step's references from the checkpoint's archive, the run's
+    sampling settings), the sandbox keeps the valid problems, every solver attempts every valid
+    problem `crossplay_samples` times, and train.grade grades them. Writes crossplay.json
+    (matrix[solver][teacher] = solve rate over that teacher's valid problems, None without one;
+    the same per task type; each teacher's valid problems), crossplay.md and crossplay.png (the
+    heat map) to --out (default: the checkpoint folder)."""
+    import random
+    import engines
+    verify.require_isolation(cfg["unsafe_sandbox_without_filesystem_isolation"])
+    engine, rows, roles, state, problems = load_rows(cfg)
+    # the run's settings, a key it did not save at train.py's default
+    run = dict(train.config, **state["config"])
+    run["propose_per_task"] = cfg["crossplay_problems"] or run["propose_per_task"]
+    run["solve_samples"] = cfg["crossplay_samples"] or run["solve_samples"]
+    teachers = [m for m in state["members"] if m["role"] in ("teacher", "both")]
+    if not teachers:
+        raise SystemExit(f"--ckpt {cfg['ckpt']}: no teacher in this population")
+    if not problems["code_i"] + problems["code_o"]:
+        raise SystemExit(f"--ckpt {cfg['ckpt']}: its archive holds no code_i/code_o program for "
+                         "the teachers' references")
+    solvers = {row: slot for row, slot in rows.items() if roles.get(row) != "teacher"}
+
+    def generate(requests, purpose):
+        seed = train.derive_seed(cfg["seed"], "crossplay", purpose)
+        return engines.generate(engine, requests, run["temperature"], run["top_p"],
+                                run["max_new_tokens"], seed)
+
+    def check(fn, jobs):
+        return train.run_verify(fn, jobs, run["validate_timeout"])
+    rng = random.Random(cfg["seed"])
+    # no students: plan_step draws no matches, only the teachers' references
+    slots, _, shown = train.plan_step(dict(run, baseline=False), state["members"], teachers, [],
+                                      problems, rng)
+    proposals = train.propose(slots, shown, problems, engine["tokenizer"], run, generate)
+    train.validate(proposals, state.get("step"), check)
+    matches = []
+    for t in teachers:
+        for slot in solvers.values():
+            matches.append({"teacher": t["name"], "student": slot})
+    topups = {(i, task): [] for i in range(len(matches)) for task in TASKS}
+    attempts = train.solve(matches, proposals, topups, problems, run, generate)
+    train.grade(attempts, check)
+    result = crossplay_result(cfg, state, teachers, solvers, proposals, attempts)
+    out = cfg["out"] or cfg["ckpt"]
+    os.makedirs(out, exist_ok=True)
+    _save(os.path.join(out, "crossplay.json"), json.dumps(result, indent=1))
+    _save(os.path.join(out, "crossplay.md"), crossplay_markdown(result))
+    crossplay_heatmap(result, os.path.join(out, "crossplay.png"))
+    print(json.dumps({k: result[k] for k in ("ckpt", "step", "matrix")}), flush=True)
+    return result
+
+
+def crossplay_result(cfg, state, teachers, solvers, proposals, attempts):
+    """The matrices of crossplay() from its graded attempts."""
+    names = [t["name"] for t in teachers]
+    result = {"ckpt": cfg["ckpt"], "step": state.get("step"), "teachers": names,
+              "solvers": list(solvers), "matrix": {}, "per_task": {}, "attempts": {},
+              "valid_problems": {}, "validity": {}}
+    for t in names:
+        mine = [p for p in proposals if p["teacher"] == t]
+        result["validity"][t] = logs.mean(p["valid"] for p in mine)
+        result["valid_problems"][t] = {}
+        for task in TASKS:
+            made = [p["problem"]["program"] for p in mine if p["valid"] and p["task"] == task]
+            result["valid_problems"][t][task] = made
+    for row, slot in solvers.items():
+        result["matrix"][row], result["per_task"][row], result["attempts"][row] = {}, {}, {}
+        for t in names:
+            mine = [a for a in attempts if a["student"] == slot and a["teacher"] == t]
+            result["matrix"][row][t] = logs.mean(a["correct"] for a in mine)
+            result["attempts"][row][t] = len(mine)
+            result["per_task"][row][t] = {}
+            for task in TASKS:
+                rate = logs.mean(a["correct"] for a in mine if a["task"] == task)
+                result["per_task"][row][t][task] = rate
+    return result
+
+
+def crossplay_markdown(result):
+    teachers = result["teachers"]
+    lines = [f"# Cross-play of {result['ckpt']} (step {result['step']})", "",
+             "Solve rate of each solver (rows) on fresh problems of each teacher (columns), over "
+             "that teacher's valid problems; - = the teacher made no valid problem.", "",
+             "| solver | " + " | ".join(teachers) + " |", "|---" * (len(teachers) + 1) + "|"]
+    for row, cells in result["matrix"].items():
+        shown = []
+        for t in teachers:
+            if cells[t] is None:
+                shown.append("-")
+            else:
+                shown.append(f"{cells[t]:.2f}")
+        lines.append(f"| {row} | " + " | ".join(shown) + " |")
+    counts = []
+    for t in teachers:
+        made = sum(len(programs) for programs in result["valid_problems"][t].values())
+        counts.append(f"{t} {made} (validity {result['validity'][t]:.2f})")
+    lines += ["", "Valid problems per teacher: " + ", ".join(counts) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def crossplay_heatmap(result, path):
+    """Solvers x teachers, solve rate as colour and number (NaN, blank: no valid problem)."""
+    import math
+    import report
+    teachers, solvers = result["teachers"], result["solvers"]
+    grid = []
+    for row in solvers:
+        cells = []
+        for t in teachers:
+            value = result["matrix"][row][t]
+            if value is None:
+                value = math.nan
+            cells.append(value)
+        grid.append(cells)
+
+    def draw(ax):
+        image = ax[0].imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax[0].set_xticks(range(len(teachers)), teachers, fontsize=8)
+        ax[0].set_yticks(range(len(solvers)), solvers, fontsize=8)
+        ax[0].set_xlabel("teacher", fontsize=8)
+        ax[0].set_ylabel("solver", fontsize=8)
+        for i, cells in enumerate(grid):
+            for j, value in enumerate(cells):
+                if not math.isnan(value):
+                    ax[0].text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7,
+                               color="white")
+        ax[0].set_title(f"cross-play at step {result['step']}", fontsize=9)
+        ax[0].figure.colorbar(image, ax=ax[0], label="solve rate")
+    report.figure(path, 1, draw, 1.2 + 0.9 * len(teachers))
 
 
 # tiny task type -> (answer fence, the problem's key holding the gold)
@@ -813,10 +971,16 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["report"]:
         import report
         report.main(sys.argv[2:])
+    elif sys.argv[1:2] == ["crossplay"]:
+        cfg = check_config(parse_config(config, sys.argv[2:]))
+        if not cfg["ckpt"]:
+            raise SystemExit("crossplay needs --ckpt (a checkpoint folder out_dir/step_NNNNNN)")
+        crossplay(cfg)
+    elif sys.argv[1:2] == ["fetch"]:
+        description = data.__doc__.strip().split("\n\n")[0]
+        data.fetch(train.parse_config(data.config, sys.argv[2:], description, data.__file__))
     elif sys.argv[1:2] == ["selfcheck"]:
         cfg = check_config(parse_config(config, sys.argv[2:]))
-        if not cfg["data_dir"] and cfg["benchmarks"] != TINY:
-            raise SystemExit("selfcheck needs --data_dir (a folder of benchmark JSONL files)")
         print(json.dumps(selfcheck(cfg)), flush=True)
     else:
         cfg = check_config(parse_config(config, sys.argv[1:]))

@@ -12,6 +12,7 @@ are float64) and casts back.
     crossover(fitter, other, generator, **hp) -> adapter      CROSSOVERS[name]
     apply_operator(name, kind, parents, generator, **hp) -> (adapter, info)   with the fail-safe
     replacement_step(members, adapters, cfg, generator, step, next_id) -> child records (design §7)
+    ranked_roles(members, selection), n_culled(n, frac)   who is replaced (replacement_step's rule)
 
 Every SVD-based operator uses the exact QR route (thin QR of the stacked factors, then a kr×kr SVD;
 docs/evolve.md §4.1) and never forms a dense out×in ΔW; modules of one shape are stacked and
@@ -34,7 +35,7 @@ import torch
 import ratings
 
 A_KEY, B_KEY = ".lora_A.weight", ".lora_B.weight"
-# a child's ‖ΔW‖ must lie in [lo·min, hi·max] of its parents' ‖ΔW‖ (reference §6.1)
+# a child's ‖ΔW‖ must lie in [lo·min, hi·max] of its parents' ‖ΔW‖ (docs/evolve.md §6.1)
 SAFE_BAND = (0.25, 4.0)
 # PEFT's kaiming_uniform(a=√5) init gives A rows of norm ≈ 1/√3
 REFILL_NORM = 3 ** -0.5
@@ -374,12 +375,12 @@ def input_noise(adapter, generator, sigma_a=0.05):
 # ------------------------------------------------------------------------ crossovers (fitter first)
 
 def copy_fitter(fitter, other, generator=None):
-    """X1 control: an exact copy of the fitter parent."""
+    """X0 (control): an exact copy of the fitter parent."""
     return copy_parent(fitter)
 
 
 def linear_0_5(fitter, other, generator=None, w=0.5):
-    """X2 control: factor average A = w·A₁ + (1−w)·A₂, B likewise. NOT ΔW-exact (cross terms B₁A₂,
+    """XL (control): factor average A = w·A₁ + (1−w)·A₂, B likewise. NOT ΔW-exact (cross terms B₁A₂,
     B₂A₁) and gauge-dependent; kept because PopuLoRA reports it as a control."""
     def fn(As, Bs, _):
         return w * As[0] + (1 - w) * As[1], w * Bs[0] + (1 - w) * Bs[1]
@@ -400,7 +401,7 @@ def _pick(fitter, other, from_fitter):
 
 
 def module_swap(fitter, other, generator, p_swap=0.5):
-    """X3: every module (A and B together) copied whole from the fitter with probability p_swap,
+    """X1: every module (A and B together) copied whole from the fitter with probability p_swap,
     else from the other parent. Exact per module; the donor's optimizer state stays valid for that
     module."""
     stems = _check([fitter, other])
@@ -409,7 +410,7 @@ def module_swap(fitter, other, generator, p_swap=0.5):
 
 
 def layer_block_swap(fitter, other, generator, k=1):
-    """X4: k-point crossover over the decoder layer index. Layers before the first cut come from the
+    """X2: k-point crossover over the decoder layer index. Layers before the first cut come from the
     fitter, then the parents alternate; all modules of a layer share a parent (attention and MLP
     stay co-adapted). Cuts are distinct, uniform over the gaps between layers. Modules without a
     layer index, and adapters with a single layer, come from the fitter."""
@@ -453,7 +454,7 @@ def _lincomb(parents, weights, norm, generator, normalize):
 
 
 def delta_lincomb_svd(fitter, other, generator, w=0.5, norm="match_mean"):
-    """X5: best rank-r approximation (Eckart–Young) of w·ΔW₁ + (1−w)·ΔW₂ via the exact QR route; w
+    """X3: best rank-r approximation (Eckart–Young) of w·ΔW₁ + (1−w)·ΔW₂ via the exact QR route; w
     in [1, 1.5] extrapolates toward the fitter. norm='match_mean' rescales each module to the mean
     parent ‖ΔW‖ (averaging near-orthogonal parents shrinks it to ~0.7×, compounding over
     generations); 'keep' leaves it."""
@@ -461,7 +462,7 @@ def delta_lincomb_svd(fitter, other, generator, w=0.5, norm="match_mean"):
 
 
 def component_splice(fitter, other, generator, k=None, variant="top", norm="match_mean"):
-    """X6: SVD components 0..k−1 of the fitter plus the top r−k components (variant 'top') or
+    """X4: SVD components 0..k−1 of the fitter plus the top r−k components (variant 'top') or
     components k..r−1 (variant 'tail', lucidrains X3) of the other; k ~ U{1..r−1} per module unless
     given (0 ≤ k ≤ r). Before norm matching ΔW_child is exactly the sum of the chosen rank-1 terms
     (~1.37× norm if unrelated)."""
@@ -501,7 +502,7 @@ def procrustes(A1, B1, A2, B2):
 
 
 def aligned_factor_avg(fitter, other, generator=None, w=0.5):
-    """X7: rotate the other parent's gauge onto the fitter's (Procrustes; its ΔW is unchanged), then
+    """X5: rotate the other parent's gauge onto the fitter's (Procrustes; its ΔW is unchanged), then
     average the factors. Exact when the parents differ only by a rotation; the cheapest ΔW-aware
     average."""
     def fn(As, Bs, _):
@@ -537,7 +538,7 @@ def _core_merge(parents, generator, norm, weights, merge):
 
 def core_ties(fitter, other, generator=None, density=0.8, weights=(1.0, 1.0), norm="match_mean",
               sign="total"):
-    """X8 (TIES in core space): trim each core to its top `density` entries by magnitude, weight,
+    """X6 (TIES in core space): trim each core to its top `density` entries by magnitude, weight,
     elect a sign per entry (sign of the sum, 'total', or of the sign count, 'frequency'), disjoint
     mean of the agreeing entries; SVD of the merged core → rank r. Gauge-free, but basis-dependent
     by construction."""
@@ -560,10 +561,10 @@ def core_ties(fitter, other, generator=None, density=0.8, weights=(1.0, 1.0), no
 
 
 def core_dare(fitter, other, generator, p=0.1, weights=(0.5, 0.5), norm="match_mean"):
-    """X8 variant (DARE in core space): drop each core entry with probability p, rescale by 1/(1−p),
+    """X7 (DARE in core space): drop each core entry with probability p, rescale by 1/(1−p),
     weighted sum. Keep p low: in a kr×kr core the drop noise is not diluted (p = 0.5 moved a child
     ~100 %). Weights (0.5, 0.5) [ours; the note's (1, 1) gives the same child under the default norm
-    match]: p = 0 is X5."""
+    match]: p = 0 is X3."""
     if not 0 <= p < 1:
         raise ValueError(f"core_dare: need 0 <= p < 1, got {p}")
     def merge(C, w):
@@ -574,7 +575,7 @@ def core_dare(fitter, other, generator, p=0.1, weights=(0.5, 0.5), norm="match_m
 
 def weighted_multi(fitter, other=None, generator=None, weights=None, fitness=None, temperature=1.0,
                    norm="match_weighted"):
-    """X9: best rank-r approximation of Σ_i w_i·ΔW_i over k ≥ 2 parents (QR route). `fitter` may be
+    """X8: best rank-r approximation of Σ_i w_i·ΔW_i over k ≥ 2 parents (QR route). `fitter` may be
     a list of all parents (other=None) and `other` a list of further parents. Weights per parent
     (floats, or {stem: w} dicts for per-module weights such as a Fisher proxy), else softmax(fitness
     / temperature), else equal; normalised to sum 1 per module. norm='match_weighted' rescales to
@@ -601,19 +602,19 @@ def _as_list(parents):
 
 
 def delta_slerp(fitter, other, generator, t=None, t_range=(0.0, 1.0)):
-    """X10 (SLERP on ΔW, the ninth non-control crossover): per module, the point at fraction t of
+    """X9 (SLERP on ΔW): per module, the point at fraction t of
     the great-circle arc from ΔW₁'s direction to ΔW₂'s, at the linearly interpolated norm (1−t)‖ΔW₁‖
     + t‖ΔW₂‖; then the best rank-r approximation (QR route), rescaled to that norm (the lerp
     fallback: to the lerp's norm). Why this one: SLERP is the most used two-model merge of the
     merging literature (mergekit's `slerp`), and it is what neither existing interpolation does.
-    X5's lerp shrinks near-orthogonal parents (~0.7× at the midpoint, so it needs its norm match),
-    X7 averages factors; on the arc the norm is interpolated by construction and the direction turns
+    X3's lerp shrinks near-orthogonal parents (~0.7× at the midpoint, so it needs its norm match),
+    X5 averages factors; on the arc the norm is interpolated by construction and the direction turns
     at a constant rate in t. Done on ΔW, never on the factors: SLERP of A and B separately would
     inherit linear_0_5's cross terms and gauge dependence. With cos θ = ⟨ΔW₁, ΔW₂⟩ / (‖ΔW₁‖‖ΔW₂‖) by
     the trace trick, ΔW_t = n_t·(sin((1−t)θ)·ΔW₁/‖ΔW₁‖ + sin(tθ)·ΔW₂/‖ΔW₂‖) / sin θ, n_t the
     interpolated norm, a weighted sum of the two ΔW, so the QR route computes it without a dense
     out×in matrix. t None (default) draws t ~ U(t_range) per module: a blend crossover along the
-    arc, not a fixed midpoint (at t = 0.5 and equal norms SLERP points where X5 does).
+    arc, not a fixed midpoint (at t = 0.5 and equal norms SLERP points where X3 does).
     Near-parallel, antiparallel or zero parents (sin θ < 1e-6) fall back to the lerp (1−t)·ΔW₁ +
     t·ΔW₂ (mergekit does the same); exactly antiparallel parents of equal norm then meet at zero,
     which the fail-safe rejects."""
@@ -672,6 +673,18 @@ CROSSOVERS = {
 }
 # coordinates unchanged per module: the donor's optimizer state stays valid
 SWAPS = ("module_swap", "layer_block_swap")
+# Our labels, the one numbering of this repository (docstrings above, bench/retention.py and
+# results/retention/, README): the controls first (M0 / X0 copy_parent, XL linear_0_5), then
+# M1-M6 and X1-X9, in design §7's order. The paper's figures number six mutations and nine
+# crossovers the same way but its text does not define them: every operator here but the
+# controls is our reconstruction, and which of the paper's each one matches is unknown.
+MUTATION_LABELS = {"copy_parent": "M0", "spectral_jitter": "M1", "gauss_rel": "M2",
+                   "component_resample": "M3", "scale_jitter": "M4", "rank_rotation": "M5",
+                   "input_noise": "M6"}
+CROSSOVER_LABELS = {"copy_parent": "X0", "linear_0_5": "XL", "module_swap": "X1",
+                    "layer_block_swap": "X2", "delta_lincomb_svd": "X3", "component_splice": "X4",
+                    "aligned_factor_avg": "X5", "core_ties": "X6", "core_dare": "X7",
+                    "weighted_multi": "X8", "delta_slerp": "X9"}
 
 
 # ------------------------------------------------------------------- fail-safe and replacement step
@@ -756,19 +769,21 @@ def _names(text, table, key):
 
 
 def replacement_step(members, adapters, cfg, generator, step, next_id):
-    """One evolution event (design §7). Within each role of size >= 2, rank by μ − 3σ and replace the
-    bottom ⌈evolve_frac·n⌉ (never the best). Each child: with probability crossover_prob a crossover
-    of two distinct parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator
-    is drawn uniformly from the enabled list (both lists empty: copy_parent). Parents are read from
+    """One evolution event (design §7). Within each role of size >= 2, rank by cfg["selection"]
+    (ratings.selection_score, through ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never
+    the best; n_culled). Each child: with probability crossover_prob a crossover of two distinct
+    parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator is drawn
+    uniformly from the enabled list (both lists empty: copy_parent). Parents are read from
     `adapters` (name -> adapter) as they were before this step; nothing in `members` or `adapters`
     is modified.
 
-    cfg: evolve_frac (0.25), crossover_prob (0.5), mutations / crossovers (comma-separated names);
-    every operator runs with its defaults (reference §6). Ranking and the child's rating go through
-    ratings.py. Returns one record per child: {"name" (slot replaced), "id", "parents" [ids],
-    "parent_names", "operator", "kind", "step", "adapter", "copy_optimizer_from" (name or None),
-    "optimizer_donors" ({stem: parent name} for swaps, else None: the caller copies the per-module
-    optimizer state from these), "mu", "sigma" (ratings.child: the parents' mean μ, a fresh σ),
+    cfg: selection ("inherit"), evolve_frac (0.25), crossover_prob (0.5), mutations /
+    crossovers (comma-separated names); every operator runs with its defaults (docs/evolve.md §6).
+    Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
+    (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
+    "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else
+    None: the caller copies the per-module optimizer state from these), "mu", "sigma"
+    (ratings.child: the parents' mean μ; the parents' mean σ, or under "conservative" a fresh σ),
     "fallback", "info"}."""
     frac = float(cfg.get("evolve_frac", 0.25))
     p_cross = float(cfg.get("crossover_prob", 0.5))
@@ -777,34 +792,50 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
                          f"got {frac}, {p_cross}")
     mutations = _names(cfg.get("mutations", ",".join(MUTATIONS)), MUTATIONS, "mutations")
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
-    score = {m["name"]: ratings.conservative_score(m) for m in members}
+    selection = cfg.get("selection", "inherit")
+    by_role = ranked_roles(members, selection)
     # a new member's rating uncertainty: weighted_multi's fitness unit
     unit = ratings.initial()["sigma"]
     children = []
-    for role in dict.fromkeys(m["role"] for m in members):
-        same_role = [m for m in members if m["role"] == role]
-        # best first; sorted is stable, so ties keep the members' order
-        ranked = sorted(same_role, key=lambda m: -score[m["name"]])
+    for ranked in by_role.values():
         n = len(ranked)
         if n < 2:
             continue
         top = ranked[:math.ceil(n / 2)]
-        n_replaced = min(math.ceil(frac * n), n - 1)
-        for loser in ranked[n - n_replaced:]:
+        for loser in ranked[n - n_culled(n, frac):]:
             parents, op, kind = _choose(top, mutations, crossovers, p_cross, generator)
             hp = {}
             if op == "weighted_multi":
                 # [ours] fitness in units of a new member's sigma: T = 1 then tilts mildly, not a
                 # copy
-                hp["fitness"] = [score[p["name"]] / unit for p in parents]
+                hp["fitness"] = [ratings.selection_score(p, selection) / unit for p in parents]
             parent_adapters = [adapters[p["name"]] for p in parents]
             child, info = apply_operator(op, kind, parent_adapters, generator, **hp)
-            children.append(_child_record(loser, next_id, parents, op, kind, step, child, info))
+            rating = ratings.child(parents, selection)
+            children.append(_child_record(loser, next_id, parents, op, kind, step, child, info,
+                                          rating))
             next_id += 1
     return children
 
 
-def _child_record(loser, child_id, parents, op, kind, step, child, info):
+def ranked_roles(members, selection):
+    """{role: that role's members, best first by ratings.selection_score}; roles in the order they
+    first appear. sorted is stable, so ties keep the members' order."""
+    if selection not in ratings.SELECTIONS:
+        raise ValueError(f"selection {selection!r}: expected one of {list(ratings.SELECTIONS)}")
+    ranked = {}
+    for role in dict.fromkeys(m["role"] for m in members):
+        same_role = [m for m in members if m["role"] == role]
+        ranked[role] = sorted(same_role, key=lambda m: -ratings.selection_score(m, selection))
+    return ranked
+
+
+def n_culled(n, frac):
+    """Members replaced per event in a role of n: ⌈frac·n⌉, but never the best one."""
+    return min(math.ceil(frac * n), n - 1)
+
+
+def _child_record(loser, child_id, parents, op, kind, step, child, info, rating):
     """The record of one child (its keys are listed in replacement_step's docstring)."""
     names = [p["name"] for p in parents]
     donors = None
@@ -824,7 +855,8 @@ def _child_record(loser, child_id, parents, op, kind, step, child, info):
         "adapter": child,
         "copy_optimizer_from": copy_optimizer_from,
         "optimizer_donors": donors,
-        **ratings.child(parents),
+        "mu": rating["mu"],
+        "sigma": rating["sigma"],
         "fallback": info["fallback"],
         "info": info,
     }

@@ -492,6 +492,9 @@ def _checked(result):
             raise ValueError("not an emitted value")
         elif len(n[1]) > 1000 or not all(type(x) in (int, float) for x in n[1]):
             raise ValueError("not an emitted value")
+        # one leaf per "n" of the shape (after the type name: list(n,tuple(n,n)), ...)
+        elif len(n[1]) != n[0].partition(":")[2].count("n"):
+            raise ValueError("not an emitted value")
         lines = out.get("lines")
         if lines is not None and not (type(lines) is list and all(type(x) is str for x in lines)):
             raise ValueError("not an emitted value")
@@ -540,6 +543,9 @@ def _same(name, item, args, exp, out, atol):
     if not atol and exp.get("f"):
         atol = 1e-6
     if not atol or not exp.get("n") or not out.get("n") or exp["n"][0] != out["n"][0]:
+        return False
+    # the same shape and as many leaves (zip would stop at the shorter)
+    if len(out["n"][1]) != len(exp["n"][1]):
         return False
     for a, b in zip(out["n"][1], exp["n"][1]):
         if not (a == b or abs(a - b) <= atol + 1e-7 * abs(b)):

@@ -47,14 +47,21 @@ def teacher_metrics(prefix, proposals):
 
 
 def student_metrics(prefix, attempts):
+    """student/<prefix>... keys over these attempts. solve_rate counts every attempt; the matched
+    teacher's problems (matched_solve_rate: what the oscillation figures 3 and 11 plot) and the
+    archive top-ups (topup_solve_rate) are also logged apart."""
     generated = [a for a in attempts if not a["gen"]["error"]]
     row = {
         f"student/{prefix}format_rate": mean(a["answer"] is not None for a in generated),
         f"student/{prefix}reward": mean(a["reward"] for a in generated),
     }
     for task in verify.TASKS:
-        key = f"student/{prefix}solve_rate/{task}"
-        row[key] = mean(a["correct"] for a in attempts if a["task"] == task)
+        mine = [a for a in attempts if a["task"] == task]
+        matched = [a["correct"] for a in mine if a["proposal"] is not None]
+        topups = [a["correct"] for a in mine if a["proposal"] is None]
+        row[f"student/{prefix}solve_rate/{task}"] = mean(a["correct"] for a in mine)
+        row[f"student/{prefix}matched_solve_rate/{task}"] = mean(matched)
+        row[f"student/{prefix}topup_solve_rate/{task}"] = mean(topups)
     return row
 
 
@@ -76,13 +83,19 @@ def step_metrics(step, members, proposals, attempts, matches, problems, stats, c
         row[f"member/{name}/id"] = m["id"]
         row[f"loss/{name}"] = stats[name]["loss"]
         row[f"grad_norm/{name}"] = stats[name]["grad_norm"]
+        # nats per trained token (deviation 5), the member's roles together
+        tokens = sum(stats[name]["tokens"].values())
+        row[f"entropy/{name}"] = None
+        if tokens:
+            row[f"entropy/{name}"] = sum(stats[name]["entropy"].values()) / tokens
     for match in matches:
         key = f"match/{match['teacher']}/{match['student']}"
         row[f"{key}/solve_rate"] = match["solve_rate"]
         row[f"{key}/outcome"] = match["outcome"]
-    valid = [p for p in proposals if p["valid"]]
+    # programs the teachers wrote: a code_f teacher is shown its program and writes only inputs
+    written = [p for p in proposals if p["valid"] and p["task"] != "code_f"]
     for k in archive.BOX:
-        row[f"complexity/{k}"] = mean(p["problem"]["complexity"][k] for p in valid)
+        row[f"complexity/{k}"] = mean(p["problem"]["complexity"][k] for p in written)
     for task in verify.TASKS:
         row[f"archive/size/{task}"] = len(problems[task])
     row["archive/coverage"] = archive.coverage(problems)

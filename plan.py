@@ -14,8 +14,10 @@ its own vLLM engine; it trains every member, one at a time):
 - vLLM's reservation: gpu_memory_utilization x the GPU; inside it, its own copy of the base, one
   adapter slot per member, a working reserve, and the KV cache it leaves (which must hold at least
   one max-length sequence);
-- activations of one micro-batch of `micro_batch_tokens` (`activation_bytes`: a formula calibrated
-  against measured peaks of training micro-batches on CPU, tests/test_plan.py);
+- activations of one micro-batch (`activation_bytes`: a formula calibrated against measured peaks
+  of training micro-batches on CPU in float32 and in bf16, tests/test_plan.py) of
+  max(micro_batch_tokens, max_prompt_tokens + max_new_tokens) tokens: pack_micro_batches sends a
+  sequence longer than the budget alone;
 - a fixed CUDA context and allocator slack.
 The config of the default model ships in configs/ (a public fact), so the plan needs no download.
 """
@@ -29,11 +31,14 @@ SHIPPED = {"Qwen/Qwen2.5-Coder-7B": "Qwen2.5-Coder-7B.json"}
 GB = 1e9
 CUDA_CONTEXT_GB = 1.5       # CUDA context, cuBLAS workspaces, allocator fragmentation
 VLLM_RESERVE_GB = 2.0       # vLLM's own activations and sampler buffers, inside its share
-# Activation calibration, measured on CPU (float32) with tests/test_plan.py's live-bytes counter on
-# random Qwen2s of 20 M and 86 M parameters: a decoder layer keeps ~1.0 x layer_elements per token
-# for backward, and the log-prob pass peaks at 3 float32 [chunk, vocabulary] copies (logits,
-# log-softmax, its gradient).
+# Activation calibration, measured on CPU with tests/test_plan.py's live-bytes counter (one training
+# micro-batch, forward and backward) on random Qwen2s: a decoder layer keeps ~1.0 x layer_elements
+# per token in the base's dtype for backward, plus, under a bf16 base, ~0.7 x float32_elements in
+# float32 (peft casts each adapted module's input to the adapter's float32, Qwen2's RMSNorm works
+# in float32; 0.65-0.67 measured at 7B layer shapes and at Qwen2.5-0.5B's); the log-prob pass peaks
+# at 3 float32 [chunk, vocabulary] copies (logits, log-softmax, its gradient).
 LAYER_ACTIVATIONS = 1.0
+FLOAT32_COPIES = 0.7
 CHUNK_COPIES = 3
 
 
@@ -68,6 +73,12 @@ def head_size(config):
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def kv_bytes_per_token(config, dtype_bytes):
+    """Bytes of one token's keys and values in every layer of vLLM's KV cache."""
+    per_layer = 2 * config.num_key_value_heads * head_size(config) * dtype_bytes
+    return config.num_hidden_layers * per_layer
+
+
 def layer_elements(config):
     """Elements per token one decoder layer keeps for backward: residual input, two norm outputs,
     q, attention output, o-projection input, k and v, and the MLP's gate, up, activation,
@@ -76,13 +87,30 @@ def layer_elements(config):
     return 7 * config.hidden_size + 2 * kv + 4 * config.intermediate_size
 
 
-def activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk):
-    """Peak activation bytes of one training micro-batch of `tokens` (prompt + completion, padded).
-    With checkpointing every layer keeps only its input and one layer at a time is rebuilt in
-    backward; without, every layer keeps everything. The log-prob pass adds a few float32
-    [chunk, vocabulary] copies."""
+def float32_elements(config, targets):
+    """Elements per token one decoder layer keeps in float32 under a bf16 base: every adapted
+    module's input, cast to float32 by peft (q, k and v each their own copy), and the float32
+    input of both RMSNorms."""
+    inputs = {"q_proj": config.hidden_size, "k_proj": config.hidden_size,
+              "v_proj": config.hidden_size, "gate_proj": config.hidden_size,
+              "up_proj": config.hidden_size,
+              "o_proj": config.num_attention_heads * head_size(config),
+              "down_proj": config.intermediate_size}
+    return 2 * config.hidden_size + sum(inputs.get(target, 0) for target in targets)
+
+
+def activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk, targets):
+    """Peak activation bytes of one training micro-batch of `tokens` (prompt + completion, padded)
+    on a base of `dtype_bytes` per element with float32 adapters on `targets`. With checkpointing
+    every layer keeps only its input and one layer at a time is rebuilt in backward; without,
+    every layer keeps everything. The log-prob pass adds a few float32 [chunk, vocabulary]
+    copies."""
     layers, hidden = config.num_hidden_layers, config.hidden_size
-    one_layer = tokens * LAYER_ACTIVATIONS * layer_elements(config) * dtype_bytes
+    per_token = LAYER_ACTIVATIONS * layer_elements(config) * dtype_bytes
+    if dtype_bytes < 4:
+        # float32 copies: a float32 base's casts are no-ops
+        per_token += FLOAT32_COPIES * float32_elements(config, targets) * 4
+    one_layer = tokens * per_token
     chunk_bytes = CHUNK_COPIES * min(chunk, tokens) * config.vocab_size * 4
     # the final norm's input and the last hidden states the log-prob pass reads
     kept = tokens * 2 * hidden * dtype_bytes
@@ -105,12 +133,19 @@ def gpu_size_gb(cfg):
     return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GB
 
 
-def largest_budget(config, room, dtype_bytes, checkpointing, chunk):
-    """The largest micro_batch_tokens whose activations fit in `room` bytes (bisection)."""
+def largest_budget(config, room, dtype_bytes, checkpointing, chunk, targets, longest):
+    """The largest micro_batch_tokens whose activations fit in `room` bytes (bisection), or 0 when
+    even the longest sequence (`longest` tokens, a micro-batch of its own whatever the budget)
+    does not fit."""
+    def fits(tokens):
+        used = max(tokens, longest)
+        return activation_bytes(config, used, dtype_bytes, checkpointing, chunk, targets) <= room
+    if not fits(0):
+        return 0
     low, high = 0, 1 << 22
     while low < high:
         middle = (low + high + 1) // 2
-        if activation_bytes(config, middle, dtype_bytes, checkpointing, chunk) <= room:
+        if fits(middle):
             low = middle
         else:
             high = middle - 1
@@ -133,13 +168,11 @@ def memory_plan(cfg, roles):
     vllm = cfg["gpu_memory_utilization"] * limit * GB
     slots = members * adapter * dtype_bytes
     kv_cache = vllm - base * dtype_bytes - slots - VLLM_RESERVE_GB * GB
-    kv_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_size(config)
-    kv_tokens = max(0, int(kv_cache // (kv_per_token * dtype_bytes)))
+    kv_tokens = max(0, int(kv_cache // kv_bytes_per_token(config, dtype_bytes)))
     max_len = cfg["max_prompt_tokens"] + cfg["max_new_tokens"]
-    # one member's float32 gradients; under torchrun also the flat all_reduce buffer
-    gradients = adapter * 4
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        gradients *= 2
+    # one member's float32 gradients and the flat all_reduce buffer (counted with one rank too, so
+    # that --plan, which knows no world size, and the start-up check under torchrun agree)
+    gradients = 2 * adapter * 4
     fixed = {
         "base": base * dtype_bytes,
         "adapters": members * adapter * 4,
@@ -149,13 +182,14 @@ def memory_plan(cfg, roles):
         "cuda_context": CUDA_CONTEXT_GB * GB,
     }
     chunk = cfg["logprob_chunk"]
-    tokens = cfg["micro_batch_tokens"]
-    activations = activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk)
+    # the largest micro-batch: the budget, or one sequence of the longest length alone
+    tokens = max(cfg["micro_batch_tokens"], max_len)
+    activations = activation_bytes(config, tokens, dtype_bytes, checkpointing, chunk, targets)
     total = sum(fixed.values()) + activations
     room = limit * GB - sum(fixed.values())
     row = {"model": cfg["model"], "dtype": dtype, "members": members,
            "gradient_checkpointing": checkpointing, "micro_batch_tokens": cfg["micro_batch_tokens"],
-           "params/base": base, "params/adapter": adapter}
+           "activation_tokens": tokens, "params/base": base, "params/adapter": adapter}
     for key, value in fixed.items():
         row[f"gb/{key}"] = round(value / GB, 2)
     row["gb/kv_cache"] = round(kv_cache / GB, 2)
@@ -165,7 +199,8 @@ def memory_plan(cfg, roles):
     row["gb/limit"] = round(limit, 2)
     # it fits when the total does and vLLM's KV cache holds at least one max-length sequence
     row["fits"] = bool(total <= limit * GB and kv_tokens >= max_len)
-    row["max_micro_batch_tokens"] = largest_budget(config, room, dtype_bytes, checkpointing, chunk)
+    row["max_micro_batch_tokens"] = largest_budget(config, room, dtype_bytes, checkpointing, chunk,
+                                                   targets, max_len)
     return row
 
 
@@ -179,19 +214,21 @@ def table(row):
     notes = {
         "base": "training copy of the frozen base",
         "adapters": "every member's LoRA weights, float32",
-        "gradients": "one member at a time (+ all_reduce buffer)",
+        "gradients": "one member at a time + its all_reduce buffer",
         "optimizer": "AdamW moments, every member",
         "vllm": (f"engine share (KV cache {row['gb/kv_cache']} GB = "
                  f"{row['kv_cache_tokens']:,} tokens)"),
         "cuda_context": "context, workspaces, fragmentation",
-        "activations": "one micro-batch, calibrated",
+        "activations": f"one micro-batch of {row['activation_tokens']:,} tokens, calibrated",
     }
     for key, note in notes.items():
         lines.append(f"  {key:<13}{row['gb/' + key]:>8.2f} GB  {note}")
     verdict = "fits" if row["fits"] else "does NOT fit"
+    largest = f"largest micro_batch_tokens that fits: {row['max_micro_batch_tokens']:,}"
+    if row["max_micro_batch_tokens"] == 0:
+        largest = "not even one sequence of max_prompt_tokens + max_new_tokens fits"
     lines.append(f"  {'total':<13}{row['gb/total']:>8.2f} GB  of {row['gb/limit']:.2f} GB: "
-                 f"{verdict}; largest micro_batch_tokens that fits: "
-                 f"{row['max_micro_batch_tokens']:,}")
+                 f"{verdict}; {largest}")
     return "\n".join(lines)
 
 
@@ -200,9 +237,11 @@ def check_fits(cfg, roles):
     fit."""
     row = memory_plan(cfg, roles)
     if not row["fits"]:
+        budget = f"--micro_batch_tokens (at most {row['max_micro_batch_tokens']:,} fits)"
+        if row["max_micro_batch_tokens"] == 0:
+            budget = "--max_new_tokens or --max_prompt_tokens (one sequence alone does not fit)"
         raise SystemExit(f"{table(row)}\nthis configuration does not fit in "
                          f"{row['gb/limit']:.0f} GB per GPU (python train.py --plan shows this "
-                         f"plan): lower --micro_batch_tokens (at most "
-                         f"{row['max_micro_batch_tokens']:,} fits), --gpu_memory_utilization "
-                         f"or --max_new_tokens, or use fewer members per node")
+                         f"plan): lower {budget}, --gpu_memory_utilization or --max_new_tokens, "
+                         f"or use fewer members per node")
     return row

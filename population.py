@@ -356,28 +356,29 @@ def completion_chunk(head, hidden, targets):
 
 
 def rng_state():
-    """Python's, numpy's, torch's (and every GPU's) global RNG states as JSON-ready lists."""
+    """Python's, numpy's and torch's CPU RNG states as JSON-ready lists.
+
+    No GPU state: torch.cuda.get_rng_state_all() holds one state per visible GPU, and restoring
+    it on a node with fewer (CUDA_VISIBLE_DEVICES=0, a 4-GPU resume of an 8-GPU run) raised
+    IndexError. Nothing needs it: every step reseeds torch (CPU and GPUs) from (seed, step,
+    rank), and generation seeds each call."""
     state = {
         "python": random.getstate(),
         "numpy": list(np.random.get_state()),
         "torch": torch.get_rng_state().tolist(),
     }
     state["numpy"][1] = state["numpy"][1].tolist()
-    if torch.cuda.is_available():
-        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
     return state
 
 
 def set_rng_state(state):
-    """Restore what rng_state returned (the GPU states only where there is a GPU)."""
+    """Restore what rng_state returned. A "cuda" entry (checkpoints written before it was
+    dropped) is ignored, whatever the number of GPUs here."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(torch.tensor(state["torch"], dtype=torch.uint8))
-    if "cuda" in state and torch.cuda.is_available():
-        cuda_states = [torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]]
-        torch.cuda.set_rng_state_all(cuda_states)
 
 
 def _file_sizes(folder):
@@ -557,17 +558,46 @@ def load_checkpoint(folder, model, members, optimizers):
     return caller_state, archive
 
 
-def latest_checkpoint(out_dir):
-    """The newest complete step_NNNNNN folder in out_dir (state.json is written last), or None."""
+def complete_checkpoints(out_dir):
+    """[(step, folder)] of every complete step_NNNNNN folder in out_dir (state.json is written
+    last), oldest first."""
     if not os.path.isdir(out_dir):
-        return None
+        return []
     steps = []
     for name in os.listdir(out_dir):
         match = re.fullmatch(r"step_(\d+)", name)
         if match is None:
             continue
         if os.path.isfile(os.path.join(out_dir, name, "state.json")):
-            steps.append((int(match.group(1)), name))
+            steps.append((int(match.group(1)), os.path.join(out_dir, name)))
+    return sorted(steps)
+
+
+def latest_checkpoint(out_dir):
+    """The newest complete step_NNNNNN folder in out_dir, or None."""
+    steps = complete_checkpoints(out_dir)
     if not steps:
         return None
-    return os.path.join(out_dir, max(steps)[1])
+    return steps[-1][1]
+
+
+def prune_checkpoints(out_dir, keep, current):
+    """Delete all but the `keep` newest complete checkpoints (0 = keep all); `current`, the folder
+    just written, is always kept. Called after save_checkpoint's rename, so the checkpoint that
+    `--resume auto` would take is never removed while its successor is still being written; a
+    folder still being written is not complete and is never listed. Returns the deleted folders."""
+    if keep <= 0:
+        return []
+    steps = complete_checkpoints(out_dir)
+    kept = {folder for _, folder in steps[-keep:]}
+    kept.add(current)
+    deleted = []
+    for _, folder in steps:
+        if folder in kept:
+            continue
+        # rename first: a crash mid-delete leaves a folder latest_checkpoint never picks
+        doomed = f"{folder}.deleting_{os.getpid()}"
+        os.rename(folder, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        deleted.append(folder)
+    return deleted

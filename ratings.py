@@ -2,7 +2,7 @@
 
 Why a file of its own: the rating system is a part researchers swap (Elo, Glicko, a plain win
 rate). Everything else — matchmaking in train.py, the replacement step in evolve.py, the metrics in
-logs.py — goes through initial / win_probability / update / conservative_score / child, so another
+logs.py — goes through initial / win_probability / update / selection_score / child, so another
 system is a change to this file alone. A member carries its rating as the keys "mu" and "sigma"
 (checkpoints and metrics.jsonl record them under those names).
 """
@@ -41,11 +41,27 @@ def update(teacher, student, outcome):
     student["mu"], student["sigma"] = s.mu, s.sigma
 
 
-def conservative_score(member):
-    """What selection ranks by (design §7): mu - 3 sigma."""
-    return member["mu"] - 3 * member["sigma"]
+# How evolution ranks a role and rates a child (cfg["selection"], design §7). The paper does not
+# say; the choice is ours, made with bench/selection.py (results/selection/): a simulation of the
+# population's ratings with latent skills.
+#   inherit       rank by mu; a child inherits its parents' mean mu AND mean sigma, as if it were
+#                 their continuation (the default)
+#   conservative  rank by mu - 3 sigma; a child gets the parents' mean mu and a fresh sigma (the
+#                 first rule). A child still has a large sigma at the next event, so it ranks last
+#                 again whatever it did: this rule culls the newest child in most events.
+SELECTIONS = ("inherit", "conservative")
 
 
-def child(parents):
-    """The rating of a child made from `parents` (design §7): the parents' mean mu, a fresh sigma."""
-    return {"mu": sum(p["mu"] for p in parents) / len(parents), "sigma": TRUESKILL.sigma}
+def selection_score(member, selection):
+    """What the replacement step ranks by within a role: higher is kept."""
+    if selection == "conservative":
+        return member["mu"] - 3 * member["sigma"]
+    return member["mu"]
+
+
+def child(parents, selection):
+    """The rating of a child made from `parents` (member records) under the selection rule."""
+    mu = sum(p["mu"] for p in parents) / len(parents)
+    if selection == "conservative":
+        return {"mu": mu, "sigma": TRUESKILL.sigma}
+    return {"mu": mu, "sigma": sum(p["sigma"] for p in parents) / len(parents)}

@@ -5,14 +5,18 @@ Figures 3, 4, 5, 9 and 12, and a short report.md linking them. Called as
 (population and baseline) share the axes of every figure.
 
 Figures (PNG, in OUT_DIR/report/ unless --out): rates (format and validity rate of teachers, format
-and solve rate of students, per task type), difficulty (teacher difficulty = 1 - solve rate of its
-valid problems, rewards), complexity (the four axes of valid proposals), ratings (TrueSkill
-mu +- sigma per member, evolution events as dotted lines), matches (outcome shares per step, and
-each member's running win rate from its own side), archive (CVT coverage and size per task type),
-student_vs_teacher (each student's solve rate against each teacher, averaged over a few windows of
-steps), response_len (tokens per teacher and student response).
+rate of students and their solve rate on their matched teachers' problems per task type — the
+oscillation of figures 3 and 11 — and apart, on archive top-ups), difficulty (teacher difficulty =
+1 - solve rate of its valid problems, rewards), complexity (the four axes of the programs teachers
+wrote: valid code_i and code_o proposals), ratings (TrueSkill mu +- sigma per member, evolution
+events as dotted lines), matches (outcome shares per step, and each member's running win rate from
+its own side), archive (CVT coverage and size per task type), student_vs_teacher (each student's
+solve rate against each teacher, averaged over a few windows of steps), entropy (per member, the
+spread of figure 18), response_len (tokens per teacher and student response), problem_solve_rates
+(the newest checkpoint's archive: each attempted problem's solve rate, figure 8).
 Why its own file: plotting is a concern of its own, apart from scoring answers.
-Not covered: anything not in metrics.jsonl (per-sample text is in samples.jsonl).
+Not covered: anything not in metrics.jsonl or the newest checkpoint's archive.jsonl (per-sample
+text is in samples.jsonl).
 """
 import argparse
 import json
@@ -57,7 +61,7 @@ def load_run(folder):
     if cfg.get("baseline"):
         name += " (baseline)"
     stepped = [r for r in rows if "step" in r]
-    return {"name": name, "rows": sorted(stepped, key=lambda r: r["step"])}
+    return {"name": name, "folder": folder, "rows": sorted(stepped, key=lambda r: r["step"])}
 
 
 def _is_number(value):
@@ -145,10 +149,14 @@ def draw_all(runs, out):
     def rates(ax):
         teachers = [("teacher/format_rate", "format")] + _task_keys("teacher/valid_rate/{}")
         lines(ax[0], runs, teachers, "teachers: format and validity rate")
-        students = [("student/format_rate", "format")] + _task_keys("student/solve_rate/{}")
-        lines(ax[1], runs, students, "students: format and solve rate")
-    figure(os.path.join(out, "rates.png"), 2, rates)
-    figs["rates"] = ("Teacher format/validity and student format/solve rates per task type "
+        students = [("student/format_rate", "format")]
+        students += _task_keys("student/matched_solve_rate/{}")
+        lines(ax[1], runs, students, "students: format rate, solve rate on matched problems")
+        lines(ax[2], runs, _task_keys("student/topup_solve_rate/{}"),
+              "students: solve rate on archive top-ups")
+    figure(os.path.join(out, "rates.png"), 3, rates)
+    figs["rates"] = ("Teacher format/validity rates; student format rate and solve rate on the "
+                     "matched teachers' problems, and apart on archive top-ups, per task type "
                      "(population aggregate).")
 
     def difficulty(ax):
@@ -163,7 +171,9 @@ def draw_all(runs, out):
         for a, axis in zip(ax, AXES):
             lines(a, runs, [(f"complexity/{axis}", axis)], f"complexity: {axis}")
     figure(os.path.join(out, "complexity.png"), 4, complexity, 3.2)
-    figs["complexity"] = "The four complexity axes of valid proposals (step means)."
+    figs["complexity"] = ("The four complexity axes of the programs teachers wrote (valid code_i "
+                          "and code_o proposals; a code_f teacher is shown its program), step "
+                          "means.")
 
     figure(os.path.join(out, "ratings.png"), 1, lambda ax: _draw_ratings(ax, runs), 6.5)
     figs["ratings"] = ("TrueSkill rating of every member slot; evolution replaces a slot's adapter "
@@ -183,6 +193,19 @@ def draw_all(runs, out):
     caption = _student_vs_teacher(runs, out)
     if caption:
         figs["student_vs_teacher"] = caption
+
+    def entropy(ax):
+        members = [(key, name) for key, (name,) in keys(runs, r"entropy/([^/]+)")
+                   if name not in ("teacher", "student")]
+        lines(ax[0], runs, members, "token entropy per member (nats, trained tokens)")
+        roles = [("entropy/teacher", "teachers"), ("entropy/student", "students")]
+        lines(ax[1], runs, roles, "token entropy per role")
+    figure(os.path.join(out, "entropy.png"), 2, entropy)
+    figs["entropy"] = "Mean token entropy of each member's trained tokens, and per role."
+
+    caption = _problem_solve_rates(runs[0], out)
+    if caption:
+        figs["problem_solve_rates"] = caption
 
     def length(ax):
         lengths = [("response_len/teacher", "teacher"), ("response_len/student", "student")]
@@ -297,6 +320,51 @@ def _student_vs_teacher(runs, out):
             f"{pop['name']}, per window of steps (blank: never matched).")
 
 
+def newest_archive(folder):
+    """The archive.jsonl of the run's newest complete checkpoint (state.json is written last), or
+    None."""
+    steps = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if re.fullmatch(r"step_\d+", name) and os.path.isfile(os.path.join(path, "state.json")):
+                steps.append(name)
+    if not steps:
+        return None
+    return os.path.join(folder, max(steps), "archive.jsonl")
+
+
+def _problem_solve_rates(run, out):
+    """Histogram of the solve rate (correct / attempts) of every attempted problem in the run's
+    newest checkpoint, per task type; returns the caption, or None without a checkpoint holding
+    solve statistics."""
+    path = newest_archive(run["folder"])
+    if path is None:
+        return None
+    rates = {task: [] for task in TASKS}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            problem = row["problem"]
+            if problem.get("attempts"):
+                rates[row["task"]].append(problem["correct"] / problem["attempts"])
+    counted = sum(len(values) for values in rates.values())
+    if not counted:
+        return None
+
+    def histogram(ax):
+        for a, task in zip(ax, TASKS):
+            a.hist(rates[task], bins=[i / 10 for i in range(11)], color="C0")
+            a.set_title(f"{task}: {len(rates[task])} attempted problems", fontsize=9)
+            a.set_xlabel("solve rate over all attempts", fontsize=8)
+    figure(os.path.join(out, "problem_solve_rates.png"), len(TASKS), histogram, 3.2)
+    always = sum(rate == 1 for values in rates.values() for rate in values)
+    never = sum(rate == 0 for values in rates.values() for rate in values)
+    return (f"Solve rate of each attempted archive problem of {run['name']} at "
+            f"{os.path.basename(os.path.dirname(path))} (matched and top-up attempts): "
+            f"{always} of {counted} always solved, {never} never.")
+
+
 def _mean(values):
     """logs.mean, with NaN (a gap in a figure) for nothing to average."""
     value = logs.mean(v for v in values if isinstance(v, (int, float)))
@@ -321,17 +389,19 @@ def main(argv):
     os.makedirs(out, exist_ok=True)
     figs = draw_all(runs, out)
     text = ["# Training report", "",
-            "| run | steps | last step: teacher validity | student solve rate | archive coverage |",
-            "|---|---|---|---|---|"]
+            "| run | steps | last step: teacher validity | matched solve rate | top-up solve rate "
+            "| archive coverage |",
+            "|---|---|---|---|---|---|"]
     for run in runs:
         last = {}
         if run["rows"]:
             last = run["rows"][-1]
         valid = _mean([last.get(f"teacher/valid_rate/{t}") for t in TASKS])
-        solve = _mean([last.get(f"student/solve_rate/{t}") for t in TASKS])
+        matched = _mean([last.get(f"student/matched_solve_rate/{t}") for t in TASKS])
+        topup = _mean([last.get(f"student/topup_solve_rate/{t}") for t in TASKS])
         coverage = last.get("archive/coverage") or 0.0
-        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {solve:.3f} "
-                    f"| {coverage:.4f} |")
+        text.append(f"| {run['name']} | {len(run['rows'])} | {valid:.3f} | {matched:.3f} "
+                    f"| {topup:.3f} | {coverage:.4f} |")
     text.append("")
     for name, caption in figs.items():
         text.append(f"## {name}\n\n![{name}]({name}.png)\n\n{caption}\n")

@@ -1,897 +1,96 @@
-"""Process sandbox for model-written Python (design §3 layers 2-5; layer 1, the static screen, is in
-verify.py).
+"""Process sandbox for model-written Python (design §3 layers 2-7; layer 1, the static screen, is
+screen.py). Three files: this one, the pool in the calling process (the API); zygote.py, the
+processes it starts and their children; isolation.py, the walls a zygote puts up once.
 
 API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:
-_evaluate, _job), decode(encoding) (encoding.py's), layers() (every layer, on or off, and why),
-zygotes(), seccomp_programs(), shutdown().
+zygote._evaluate, _pack), layers() (every layer, on or off, and why), zygotes(), shutdown(),
+failed(error), seccomp_programs() (isolation.py's).
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs
 nothing) and ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm
 interpreters launched separately, each with its own random PYTHONHASHSEED, in two families (a
-validity check's two runs go to different families, so set order can differ). Per job a zygote makes
-the child's fresh cwd (a random name) and forks; the child ends the lock-down, runs the job and
-writes one JSON line; the zygote forwards it with what it measured itself (pid, the child's CPU
-seconds from wait4), empties the private /tmp folders, and retires if that fails. No gold ever
-enters a child: a child returns a canonical encoding of each value (encoding.py: exact builtin and
-collections/fractions/decimal types, checked with the real `type`, size and depth capped) and the
-parent decides (verify.py). User code can write the result line itself, so the parent parses every
-line as hostile (_parse_answer): schema, types, caps, one entry per call; a bad line fails its job
-alone.
-Results pass through an mmap buffer the children do not inherit, given back to the kernel after each
-job, so no child finds an earlier job's result in its memory.
+validity check's two runs go to different families) and two kinds (model programs, under layer 3's
+audit hook; benchmark code). A zygote reads only a job's settings (time and memory limits, stdout
+cap), makes the child's fresh cwd (a random name) and forks; the child reads the job itself from
+the request pipe, so no job ever passes through a zygote, of which every later child is a copy. The
+child finishes the lock-down, runs the job and writes one JSON line; the zygote forwards it with
+what it measured itself (pid, the child's CPU seconds from wait4), empties the jobs folder and the
+private tmpfs folders, checks the jobs folder is still its own, and retires if anything fails. No
+gold ever enters a child: a child returns a canonical encoding of each value (encoding.py: exact
+builtin and collections/fractions/decimal types, checked with the real `type`, size, depth and
+hash collisions capped) and the parent decides (verify.py). User code can write the result line
+itself, so the parent parses every line as hostile (_parse_answer): schema, types, caps, one entry
+per call; a bad line fails its job alone. Results pass through an mmap buffer the children do not
+inherit, given back to the kernel after each job.
 
 Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE =
      0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as
-     root, children drop to a uid of a random range per pool (another trainer's children have other
-     uids); no_new_privs; a scrubbed environment; stdin /dev/null or the job's; capped in-memory
-     stdout/stderr (1 MiB / 64 KiB).
-  3. before any user code: destructive functions of os, shutil, subprocess, socket are None (the
-     last three via an import hook); zygotes run with -S: no site code, exit, quit or help.
+     root, children drop to a uid of a random range per pool; no capabilities (capset);
+     no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
+     stdout/stderr.
+  3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
+     run with -S. Model programs (validation and grading) also run under an audit hook that refuses
+     imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
+     anything but the job's code, code objects, frames and restricted attributes (zygote._audit).
   4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
      replaced.
-  5. namespaces. As root: a mount namespace (every filesystem read-only, fresh small tmpfs on /tmp,
-     /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, $HOME and the repo's
-     folder covered, the interpreter's folders bound back) and a network namespace (no interface
-     up). Without root: the same inside a user namespace mapping only our uid, plus a PID namespace
-     whose init is the zygote (children can signal only themselves and it). Root without
-     CAP_SYS_ADMIN gets neither (a user namespace would make root-owned files its children's).
+  5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs
+     on /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and
+     the checkout with its folder covered, the interpreter's folders and the shared libraries put
+     back wherever they live), network (no interface up), IPC (private SysV) and time namespaces
+     (the children's monotonic and boot clocks a random offset ahead, per zygote). Without root:
+     the same in a user namespace mapping only our uid, plus a PID namespace whose init is the
+     zygote (children can signal only themselves and it; pids random per job). Root without
+     CAP_SYS_ADMIN gets none of them.
   6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its
      children may read only the interpreter's folders and shared libraries, and write only the jobs'
      folder (and the private tmpfs).
   7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote,
-     inherited): no unshare/setns/mount, ptrace, process_vm_*, bpf, keyctl, io_uring, namespace
-     clone flags, chmod/chown/utime/xattr, sockets; where children keep our uid and no PID namespace
-     hides other processes, or stay root, each child adds a filter denying signals and fork.
+     inherited): an allowlist (isolation.ALLOWED_SYSCALLS); everything else fails (EPERM for the
+     known-dangerous, ENOSYS for the rest, new syscalls included); where children keep our uid and
+     no PID namespace hides other processes, or stay root, each child adds a filter denying signals
+     and fork.
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
-interpreter's folders stay readable; without Landlock and a mount namespace, children can read and
-delete what this user can (verify.require_isolation refuses to start then). A child that reaches raw
-syscalls (past the static screen) can write its own result line: grading is unaffected (it never
-sees a gold), but a proposal can claim its own output.
+interpreter's folders stay readable; the wall clock cannot be offset (the screen and the audit hook
+keep it out of reach); without Landlock and a mount namespace, children can read and delete what
+this user can (verify.require_isolation refuses to start then). A child that gets past layers 1
+and 3 (a CPython memory bug) can write its own result line: grading is unaffected (it never sees a
+gold), but a proposal can claim its own output.
 """
 import atexit
-import ctypes
-import gc
-import io
 import json
 import marshal
-import mmap
 import os
-import resource
 import select
 import signal
 import sys
 import time
-# a lock for the pool without importing threading into the zygotes
+# a lock for the pool without importing threading
 import _thread
-from importlib.machinery import PathFinder
-# bound before layer 3 disables them for user code
-from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
-                kill as _kill_pid, mkdir as _mkdir, open as _open_fd, pipe as _pipe, read as _read,
-                readv as _readv, rmdir as _rmdir, setuid as _setuid, unlink as _unlink,
-                wait4 as _wait4, write as _write)
 
-# the value encoding both sides use; the zygote drops it from sys.modules (see _zygote_main)
-from encoding import MAX_UNITS, decode, encode, escape
+from isolation import seccomp_programs
+from zygote import ERROR_CAP, MEMORY_MB, STDOUT_CAP, describe
 
 # zygotes per family (two families): POPULORA_SANDBOX_WORKERS, else the cores, at most 8
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0"))
 if not WORKERS_PER_FAMILY:
     WORKERS_PER_FAMILY = max(1, min(os.cpu_count() or 1, 8))
-MEMORY_MB = 1024            # default RLIMIT_AS of a child
-STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
-ERROR_CAP = 1000            # chars of a child's error message kept
-# bytes of a child's result line (JSON escapes grow text 6x)
-RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
-# loaded in every zygote; not socket, subprocess, shutil: see _GuardHook
-PRELOAD = ("collections", "itertools", "functools", "math", "cmath", "re", "string", "heapq",
-           "bisect", "json", "typing", "dataclasses", "fractions", "decimal", "statistics", "copy",
-           "operator", "enum", "array", "numbers", "textwrap", "unicodedata", "queue")
-GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
-               "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid "
-               "setpgid fchdir chdir execv execve execl execle execlp execlpe execvp execvpe "
-               "spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe popen posix_spawn "
-               "posix_spawnp link symlink mkfifo mknod",
-         "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
-         "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
-         "socket": "socket create_connection create_server socketpair fromfd"}
-
-# ---------------------------------------------------------------------- child side (runs user code)
-
-def _describe(e):
-    """An exception -> "Type: message", at most 300 chars (+ "..."); "Type" alone when the message
-    is empty or fails to print (user code's exception classes)."""
-    text = type(e).__name__
-    try:
-        if str(e):
-            text = f"{type(e).__name__}: {e}"
-    except BaseException:
-        text = type(e).__name__
-    if len(text) > 300:
-        text = text[:300] + "..."
-    return text
-
-
-class _Capped(io.BytesIO):
-    """stdout/stderr sink that keeps the first `cap` bytes and drops the rest (huge outputs)."""
-    cap = STDOUT_CAP
-
-    def write(self, b):
-        room = self.cap - self.tell()
-        if room > 0:
-            super().write(bytes(b[:room]))
-        return len(b)
-
-
-def _evaluate(job, repr_=repr, eval_=eval, exec_=exec, compile_=compile):
-    """The job proper, on code objects the parent compiled -> the JSON text of each call's value.
-    The job holds no gold: the parent compares. Order: job["args"] decoded (if any), the imports
-    alone (the namespace a repr is evaluated back in), then the program, then the calls. mode "repr"
-    (validity): [repr string, encoding] per call, the repr evaluated back unless job["roundtrip"] is
-    False; "encode" (grading): the encoding; else no calls."""
-    ns = {"__name__": "__main__"}
-    # plain arguments as an encoding, decoded before any user code
-    if "args" in job:
-        ns["__args__"] = decode(job["args"])
-    imports_ns = {"__name__": "__main__"}
-    exec_(job["imports"], imports_ns)
-    exec_(job["code"], ns)
-    values, mode, cap = [], job.get("mode"), job.get("repr_cap", 2000)
-    for call in job["calls"]:
-        v = eval_(call, ns)
-        parts = []
-        if mode != "repr":
-            encode(v, parts, [MAX_UNITS])
-            values.append("".join(parts))
-            continue
-        r = repr_(v)
-        if type(r) is not str or len(r) > cap:
-            raise ValueError(f"output repr is not a str of at most {cap} chars")
-        literal = encode(v, parts, [MAX_UNITS])
-        # Counter(...), nan, ...: really evaluate the repr
-        if not literal and job.get("roundtrip", True):
-            try:
-                back = eval_(compile_(r, "<repr>", "eval"), dict(imports_ns))
-            except Exception as e:
-                raise ValueError(f"output repr does not evaluate back ({_describe(e)})") from None
-            back_parts = []
-            try:
-                encode(back, back_parts, [MAX_UNITS])
-            except ValueError:
-                back_parts = None
-            if back_parts is None or not bool(back == v):
-                raise ValueError("output repr does not evaluate back to an equal value")
-        values.append("[%s, %s]" % (escape(r), "".join(parts)))
-    return values
-
-
-def _outcome(job):
-    """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
-    JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
-    copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
-    nothing in it (see _parse_answer)."""
-    values, error = None, ""
-    try:
-        values = _evaluate(job)
-    # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
-    except BaseException as e:
-        error = _describe(e)
-    try:
-        _out.flush()
-        stdout = _out.buffer.getvalue().decode("utf-8", "replace")
-    except BaseException:
-        stdout = ""
-    if values is None:
-        line = '{"ok": false, "error": %s, "stdout": %s, "values": null}\n'
-        return line % (escape(error), escape(stdout))
-    line = '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n'
-    return line % (escape(stdout), ", ".join(values))
-
-
-def _guard():
-    """Layer 3 (after HumanEval's reliability_guard): defence in depth behind layer 1."""
-    for module, names in GUARD.items():
-        for name in set(names.split()) & set(dir(sys.modules.get(module))):
-            setattr(sys.modules[module], name, None)
-
-
-class _GuardHook:
-    """Layer 3 for GUARD modules zygotes do not load (banned in screened code; each page costs
-    every fork)."""
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name not in GUARD:
-            return None
-        spec = PathFinder.find_spec(name, path)
-        if spec is not None and spec.loader is not None:
-            load = spec.loader.exec_module
-
-            def exec_module(module):
-                load(module)
-                _guard()
-
-            spec.loader.exec_module = exec_module
-        return spec
-
-
-def _child(job, wfd, limits, uid):
-    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own with stdin
-    in place: finish the lock-down, run, write one JSON line to wfd, _exit. Never returns. Every
-    page a child writes costs a copy-on-write fault (~3 us here), so whatever it can, the zygote did
-    before the fork. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None
-    for user code); user code starts after every limit."""
-    try:
-        if uid:
-            # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone
-            _setuid(uid)
-        _closerange(3, wfd)
-        _closerange(wfd + 1, 1 << 16)
-        for kind, value in limits:
-            resource.setrlimit(kind, value)
-        # seccomp(SET_MODE_FILTER)
-        if _signal_filter is not None and _syscall(317, 1, 0, _signal_filter) != 0:
-            raise OSError("seccomp filter refused")
-        line = _outcome(job)
-    except BaseException as e:
-        error = escape("sandbox set-up failed: " + _describe(e))
-        line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
-    try:
-        _write_all(wfd, line.encode())
-    except BaseException:
-        pass
-    _exit(0)
-
-
-# -------------------------------------------------------------------------------------- zygote side
-
-# the zygote's state, set in the zygote: libc's functions (resolved there: children must not
-# dlopen after fork), /dev/null's fd, the Landlock ruleset and the per-child seccomp filter
-_libc = _pyfork = _syscall = _null = None
-_landlock = _landlock_restrict = _signal_filter = None
-# the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
-_out = None
-# seccomp programs kept alive (_seccomp_load); the folders hidden and the private tmpfs folders
-# made (_mount_setup); those folders' times at the last clean (_clean)
-_bpf, _hidden, _scratch, _scratch_times = [], [], [], []
-_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC = 1, 32, 4096, 8192, 16384
-_MS_PRIVATE = 1 << 18
-
-
-def _mount_setup(repo, home):
-    """Private mount namespace: empty tmpfs over the world-writable dirs, tmpfs over private homes
-    and the repo's folder, with the interpreter's own folders (which may live under /root) bound
-    back in. Returns the list of hidden dirs, or None when the namespace could not be made."""
-    mount = _libc.mount
-    # CLONE_NEWNS; private first, so nothing propagates to the host
-    if _libc.unshare(0x00020000) != 0:
-        return None
-    if mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        return None
-    # every filesystem read-only in here (per-mount flag, ours only)
-    for line in open("/proc/self/mountinfo"):
-        point = line.split()[4].encode().decode("unicode_escape")
-        options = line.split()[5].split(",")
-        if "ro" not in options and not point.startswith(("/proc", "/sys", "/dev")):
-            # a remount must keep these flags of the mount, or it is refused
-            kept = 0
-            for name, bit in (("nosuid", 2), ("nodev", 4), ("noexec", 8)):
-                if name in options:
-                    kept |= bit
-            flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | kept
-            if mount(None, point.encode(), None, flags, None) != 0:
-                return None
-    for d in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
-        if os.path.isdir(d) and not os.path.islink(d):
-            options = b"size=256m,nr_inodes=16384,mode=1777"
-            if mount(b"tmpfs", d.encode(), b"tmpfs", 0, options) == 0:
-                _scratch.append(d)
-    keep = _interpreter_folders(repo)
-    hidden = []
-    for d in ("/root", "/home", home, os.path.dirname(repo), repo):
-        if not d:
-            continue
-        d = os.path.realpath(d)
-        if d == "/" or not os.path.isdir(d):
-            continue
-        if any(d == h or d.startswith(h + "/") for h in hidden):
-            continue
-        # d is inside the interpreter's folders
-        if any(d == k or d.startswith(k + "/") for k in keep):
-            continue
-        if _cover(d, keep, len(hidden)):
-            hidden.append(d)
-    return hidden
-
-
-def _interpreter_folders(repo):
-    """The interpreter's folders (prefixes, sys.path), real paths, outermost only, never the
-    repo."""
-    folders = set()
-    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path):
-        if p and os.path.isdir(p) and os.path.realpath(p) != repo:
-            folders.add(os.path.realpath(p))
-    outermost = []
-    for folder in folders:
-        if not any(folder.startswith(other + "/") for other in folders):
-            outermost.append(folder)
-    return sorted(outermost)
-
-
-def _cover(folder, keep, number):
-    """Mount an empty tmpfs over `folder` (read-only, mode 000), or where interpreter folders
-    (`keep`) are inside it, a small one with them bound aside first and moved back in. `number`
-    names the stash folders. -> whether it is covered."""
-    mount = _libc.mount
-    inner = [k for k in keep if k.startswith(folder + "/")]
-    stash = []
-    for j, k in enumerate(inner):
-        s = f"/tmp/.keep{number}-{j}"
-        os.mkdir(s)
-        if mount(k.encode(), s.encode(), None, _MS_BIND | _MS_REC, None) == 0:
-            stash.append((k, s))
-    if inner:
-        flags, options = 0, b"size=64k,nr_inodes=256,mode=0711"
-    else:
-        flags, options = _MS_RDONLY, b"size=4k,nr_inodes=2,mode=000"
-    if mount(b"tmpfs", folder.encode(), b"tmpfs", flags, options) != 0:
-        return False
-    for k, s in stash:
-        os.makedirs(k, mode=0o711, exist_ok=True)
-        mount(s.encode(), k.encode(), None, _MS_MOVE, None)
-        os.rmdir(s)
-    return True
-
-
-def _uid_works(uid):
-    """Can a child with this uid still read the stdlib (Python may live under /root, e.g. pyenv)?"""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.setgid(uid)
-            os.setuid(uid)
-            os.close(os.open(os.path.dirname(os.__file__) + "/random.py", 0))
-            code = 0
-        finally:
-            os._exit(code)
-    return os.waitpid(pid, 0)[1] == 0
-
-
-def _namespaces(repo, home):
-    """Layer 5: network and mount namespaces -> {layer: [active, why]}. As root (CAP_SYS_ADMIN):
-    both directly. Otherwise a user namespace first, mapping only our own uid (so children stay that
-    uid; a root without CAP_SYS_ADMIN skips it: in there its children would own every root-owned
-    file). No root needed."""
-    out = {"mount_namespace": [False, ""], "network_namespace": [False, ""],
-           "pid_namespace": [False, "not needed as root: children run as another uid, which "
-                                    "cannot signal us"]}
-    in_user_ns = False
-    if os.geteuid() != 0:
-        # CLONE_NEWUSER
-        if _libc.unshare(0x10000000) == 0:
-            uid, gid = os.getuid(), os.getgid()
-            maps = (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                    ("gid_map", f"{gid} {gid} 1"))
-            for name, text in maps:
-                with open(f"/proc/self/{name}", "w") as fh:
-                    fh.write(text)
-            in_user_ns = True
-            out["pid_namespace"] = _pid_namespace()
-        else:
-            error = os.strerror(ctypes.get_errno())
-            why = f"no user namespace ({error}; kernel.unprivileged_userns_clone?)"
-            out = {k: [False, why] for k in out}
-            return out
-    hidden = _mount_setup(repo, home)
-    via = ""
-    if in_user_ns:
-        via = " in a user namespace"
-    if hidden is None:
-        error = os.strerror(ctypes.get_errno())
-        out["mount_namespace"][1] = f"unshare(CLONE_NEWNS) refused ({error}{via})"
-    else:
-        what = f"read-only filesystems, private tmpfs, {len(hidden)} folders hidden{via}"
-        out["mount_namespace"] = [True, what]
-        _hidden.extend(hidden)
-    # CLONE_NEWNET
-    if _libc.unshare(0x40000000) == 0:
-        out["network_namespace"] = [True, f"no interface up, not even loopback{via}"]
-    else:
-        error = os.strerror(ctypes.get_errno())
-        out["network_namespace"][1] = f"unshare(CLONE_NEWNET) refused ({error}{via})"
-    return out
-
-
-def _pid_namespace():
-    """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child
-    can signal nothing but itself and us, and init ignores signals it has no handler for (SIGINT is
-    set to be ignored). The process the parent started stays outside, waiting for us, holding no
-    pipe. -> [active, why]."""
-    # CLONE_NEWPID: our next child is the namespace's init
-    if _libc.unshare(0x20000000) != 0:
-        return [False, f"unshare(CLONE_NEWPID) refused ({os.strerror(ctypes.get_errno())})"]
-    pid = os.fork()
-    if pid:
-        # the parent sees EOF when the zygote goes, not when we do
-        os.closerange(0, 1 << 16)
-        _exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) & 0xFF)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return [True, "children see and can signal only themselves and their zygote (the init)"]
-
-
-def _landlock_setup(landlock, read_paths, write_paths):
-    """Layer 6 (Linux >= 5.13, no root needed): a Landlock ruleset the zygote enters, and so its
-    children: read and execute beneath `read_paths`, everything beneath `write_paths` (the jobs'
-    folder; with the mount namespace the private tmpfs folders too), nothing else. `landlock`: the
-    binding, or the ImportError of importing it (done before the mount namespace hides the folders
-    it may be in). -> (ruleset fd or None, why)."""
-    try:
-        if isinstance(landlock, ImportError):
-            raise landlock
-        plumbing = landlock.plumbing
-        # the binding reads errno even after a call that succeeded
-        ctypes.set_errno(0)
-        abi = landlock.landlock_abi_version()
-        handled = landlock.FSAccess.all()
-        fd = plumbing.get_create_ruleset()(ctypes.byref(plumbing.RulesetAttr(handled)),
-                                           ctypes.sizeof(plumbing.RulesetAttr), 0)
-        read = landlock.FSAccess.READ_FILE | landlock.FSAccess.READ_DIR | landlock.FSAccess.EXECUTE
-        for path, rights in [(p, read) for p in read_paths] + [(p, handled) for p in write_paths]:
-            if not os.path.isdir(path):
-                # a file takes file rights only
-                rights &= landlock.FSAccess.all_file()
-            path_fd = os.open(path, os.O_PATH)
-            ctypes.set_errno(0)
-            rule = plumbing.PathBeneathAttr(rights, path_fd)
-            # LANDLOCK_RULE_PATH_BENEATH
-            plumbing.get_add_rule()(fd, 1, ctypes.byref(rule), 0)
-            os.close(path_fd)
-        global _landlock_restrict
-        _landlock_restrict = plumbing.get_restrict_self()
-    except ImportError as e:
-        return None, f"the landlock binding is not installed ({e}); pip install -r requirements.txt"
-    # old kernel, Landlock not enabled at boot, ...
-    except Exception as e:
-        return None, f"Landlock unavailable: {_describe(e)}"
-    return fd, f"ABI {abi}: read {len(read_paths)} interpreter folders, write the job's folder only"
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
-
-def seccomp_programs():
-    """Layer 7's BPF, compiled here in the parent by libseccomp (its Python binding; zygotes do not
-    load it: 1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where
-    unavailable). "zygote": the filter a zygote enters before its first job, so its children inherit
-    it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time): EPERM for
-    DENIED_SYSCALLS and a clone with a namespace flag, ENOSYS for clone3 (glibc falls back to
-    clone). "signals": EPERM for SIGNAL_SYSCALLS, entered by each child where children keep the
-    zygote's uid and no PID namespace hides other processes."""
-    if "seccomp" in _pool:
-        return _pool["seccomp"]
-    out = {"zygote": "", "signals": "", "why": ""}
-    try:
-        import pyseccomp
-        for key, names in (("zygote", DENIED_SYSCALLS), ("signals", SIGNAL_SYSCALLS)):
-            rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-            for name in names.split():
-                try:
-                    rules.add_rule(pyseccomp.ERRNO(1), name)
-                except (OSError, ValueError):
-                    # a syscall this architecture does not have
-                    pass
-            if key == "zygote":
-                for flag in NAMESPACE_FLAGS:
-                    has_flag = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag)
-                    rules.add_rule(pyseccomp.ERRNO(1), "clone", has_flag)
-                rules.add_rule(pyseccomp.ERRNO(38), "clone3")
-            fd = os.memfd_create("seccomp")
-            rules.export_bpf(io.FileIO(fd, "w", closefd=False))
-            out[key] = os.pread(fd, 1 << 20, 0).hex()
-            os.close(fd)
-        out["why"] = f"{len(out['zygote']) // 16} BPF instructions from libseccomp"
-    except ImportError as e:
-        out = {"zygote": "", "signals": "", "why": f"the pyseccomp binding is not installed ({e})"}
-    # no libseccomp.so.2, ...
-    except Exception as e:
-        out = {"zygote": "", "signals": "", "why": f"seccomp unavailable: {_describe(e)}"}
-    _pool["seccomp"] = out
-    return out
-
-
-def _seccomp_load(program):
-    """Enter a BPF program (hex) as a seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER). No binding
-    does it from bytes; the zygote's one call. Returns the sock_fprog address, kept alive, for a
-    child's later call."""
-    code = bytes.fromhex(program)
-    _bpf.append(_SockFprog(len(code) // 8, code))
-    return ctypes.addressof(_bpf[-1])
-
-
-# Landlock leaves metadata (chmod ... xattr) alone; no sockets at all: no network even where no
-# network namespace could be made, no host UNIX sockets (Landlock does not cover connect)
-DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount fsconfig fspick "
-                   "move_mount open_tree mount_setattr ptrace process_vm_readv process_vm_writev "
-                   "kcmp perf_event_open bpf userfaultfd keyctl add_key request_key io_uring_setup "
-                   "io_uring_enter io_uring_register open_by_handle_at name_to_handle_at "
-                   "kexec_load kexec_file_load init_module finit_module delete_module reboot "
-                   "swapon swapoff acct quotactl iopl ioperm chmod fchmod fchmodat fchmodat2 chown "
-                   "fchown lchown fchownat utime utimes utimensat futimesat setxattr lsetxattr "
-                   "fsetxattr removexattr lremovexattr fremovexattr socket socketpair")
-# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
-NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
-# fork too: a child that stays root is exempt from NPROC
-SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
-                   "pidfd_send_signal pidfd_getfd fork vfork clone")
-
-
-def _zygote_main(number, home, uid_base, programs):
-    """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
-    layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
-    job until EOF. `programs`: seccomp_programs() of the parent."""
-    global _landlock
-    programs = {"zygote": "", "signals": "", "why": "no BPF given", **programs}
-    # set by the parent so children never resolve symbols (GOT writes); not for user code to see
-    os.environ.pop("LD_BIND_NOW", None)
-    _load_libc()
-    repo = os.path.dirname(os.path.abspath(__file__))
-    # before the mount namespace can hide the folder it is in
-    try:
-        import landlock
-        import landlock.plumbing
-    except ImportError as e:
-        landlock = e
-    layers = _namespaces(repo, home)
-    uid = _uid_drop(layers, uid_base + number % 100_000)
-    # inherited by every child
-    for kind, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(kind, (value, value))
-    base, jobs = _jobs_folder(layers)
-    for name in PRELOAD:
-        __import__(name)
-    # user code must not import the repo's modules: not from the folder, and not encoding.py, loaded
-    # (this module keeps the functions it took from it)
-    if sys.path and sys.path[0] == repo:
-        del sys.path[0]
-    sys.modules.pop("encoding", None)
-    _landlock, why = _landlock_setup(landlock, _readable(repo), [jobs] + _scratch)
-    # unknown: the first clean lists them
-    _scratch_times.extend([(0, 0)] * len(_scratch))
-    layers["landlock"] = [_landlock is not None, why]
-    _seccomp_layers(layers, programs, uid)
-    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
-             "hash_seed": os.environ.get("PYTHONHASHSEED")}
-    requests, replies = _private_stdio()
-    # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
-    _libc.prctl(38, 1, 0, 0, 0)
-    # layer 3, once here: every child inherits disabled functions
-    _guard()
-    sys.meta_path.insert(0, _GuardHook)
-    _warm_up()
-    # keep the collector off the zygote's pages in children
-    gc.freeze()
-    # the zygote enters the domain itself: children inherit it, free
-    if _landlock is not None:
-        ctypes.set_errno(0)
-        _landlock_restrict(_landlock, 0)
-        os.close(_landlock)
-    # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
-    if programs["zygote"] and _syscall(317, 1, 0, _seccomp_load(programs["zygote"])) != 0:
-        raise OSError("seccomp filter refused")
-    _write_all(replies, (json.dumps(hello) + "\n").encode())
-    _serve(requests, replies, jobs, uid)
-
-
-def _load_libc():
-    """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
-    dlopen)."""
-    global _libc, _pyfork, _syscall
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _pyfork = ctypes.PyDLL(None).fork
-    _syscall = _libc.syscall
-    _syscall.argtypes = (ctypes.c_long, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-
-
-def _uid_drop(layers, uid):
-    """As root: children will run as `uid` (this pool's range) if it can read the interpreter's
-    files; the zygote takes the children's gid and no groups now. Reports layers["uid_drop"]. ->
-    the children's uid, 0 for none."""
-    if os.geteuid() != 0:
-        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 "
-                                     "still binds)"]
-    elif not _uid_works(uid):
-        layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
-    else:
-        layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
-    if not layers["uid_drop"][0]:
-        return 0
-    # still root (euid 0) but with the children's gid and no groups
-    os.setgroups(())
-    os.setgid(uid)
-    # root is exempt (it still forks), the children's uid not
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    return uid
-
-
-def _jobs_folder(layers):
-    """The folder the children's cwds are made in: /tmp/jobs with the mount namespace (a private
-    tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
-    base = "/tmp"
-    if not layers["mount_namespace"][0]:
-        import tempfile
-        base = tempfile.mkdtemp(prefix="populora-sandbox-")
-    # like /tmp (which it is, with the mount namespace)
-    os.chmod(base, 0o1777)
-    # the zygote's: children reach their own cwd in here, make no name
-    jobs = base + "/jobs"
-    os.mkdir(jobs, 0o711)
-    # tempfile in a child: its own cwd
-    os.environ["TMPDIR"] = "."
-    os.umask(0)
-    return base, jobs
-
-
-def _seccomp_layers(layers, programs, uid):
-    """Reports layers "seccomp", "seccomp_signals" and "no_fork"; loads the per-child signal filter
-    where children keep our uid and no PID namespace hides other processes, or stay root."""
-    global _signal_filter
-    signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
-    layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
-    layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes "
-                                 "(uid drop or PID namespace)"]
-    if signals and programs["zygote"]:
-        layers["seccomp_signals"][1] = "a second filter per child denies signals and fork (~0.2 ms)"
-        _signal_filter = _seccomp_load(programs["signals"])
-    layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
-    if uid == 0 and os.geteuid() == 0:
-        layers["pid_namespace"][1] = "not made as root (children that stay root: no signals)"
-        how = "they can fork"
-        if _signal_filter is not None:
-            how = "seccomp denies fork"
-        how = f"children stay root (NPROC does not bind): {how}"
-        layers["no_fork"] = [_signal_filter is not None, how]
-
-
-def _private_stdio():
-    """The protocol moves to private fds -> (requests fd, replies fd). Children inherit fd 0 (their
-    job's stdin), capped sys.stdout/err, fds 1/2 /dev/null."""
-    global _null, _out
-    requests, replies = os.dup(0), os.dup(1)
-    # kept: a job's stdin file is swapped back for it after the job
-    _null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(_null, fd)
-    stdin = io.BufferedReader(io.FileIO(0, "r", closefd=False))
-    sys.stdin = io.TextIOWrapper(stdin, encoding="utf-8", errors="replace")
-    text = {"encoding": "utf-8", "errors": "backslashreplace", "write_through": True}
-    _out = io.TextIOWrapper(_Capped(), **text)
-    sys.stdout = _out
-    sys.stderr = io.TextIOWrapper(_Capped(), **text)
-    return requests, replies
-
-
-def _warm_up():
-    """A fixed job of ours quickens the child-side code here, not in every child (~10 fewer
-    copy-on-write faults per child)."""
-    warm = {"imports": compile("", "<w>", "exec"), "code": compile("f = list", "<w>", "exec"),
-            "calls": [compile("f([1, 'a', (2.5,)])", "<w>", "eval")]}
-    for mode in ("repr", "encode") * 9:
-        _outcome(dict(warm, mode=mode))
-
-
-def _serve(requests, replies, jobs, uid):
-    """The zygote's loop: read a job (8-byte length + marshal bytes), run it in a child, send back
-    the header and the child's line; until EOF (shutdown, or the parent died) or a failed
-    clean-up (the parent replaces a zygote that retires)."""
-    # every child's line passes through this buffer; an anonymous mapping the children do not
-    # inherit, whose pages are given back (zeroed) after each job: no later child can find an
-    # earlier one's result
-    result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    result.madvise(mmap.MADV_DONTFORK)
-    view = memoryview(result)
-    while True:
-        length = int.from_bytes(_take(requests, 8) or b"\0", "little")
-        payload = _take(requests, length)
-        if not payload:
-            return
-        # unguessable: no child can prepare the next one's
-        workdir = f"{jobs}/{os.urandom(8).hex()}"
-        header, size, retire = _job(marshal.loads(payload), workdir, uid, view)
-        _write_all(replies, header)
-        _write_all(replies, view[:size])
-        result.madvise(mmap.MADV_DONTNEED, 0, size)
-        if retire:
-            return
-
-
-def _readable(repo):
-    """Folders a child may read (Landlock): the interpreter's (prefixes, stdlib, site-packages,
-    which may live under a home folder) and the shared libraries, never the repo or its folder
-    (checkpoints, logs)."""
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__), *sys.path]
-    paths += ["/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache"]
-    out = []
-    for p in paths:
-        if not p or not os.path.exists(p):
-            continue
-        p = os.path.realpath(p)
-        if p not in out and p != repo and p != os.path.dirname(repo):
-            out.append(p)
-    return out
-
-
-def _job(job, workdir, uid, view):
-    """Fork a child for one job (trusted code objects from the parent) in a fresh cwd, made here and
-    given to the child's uid; wait for its result line and exit within the deadline, kill it, clean
-    up. Reads the child's line into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size
-    of the line in view, retire), where the line is the child's or one of ours, and retire says the
-    clean-up failed. A page the zygote writes costs ~0.8 us (a write-protect fault) when no child
-    shares it, a page a child writes ~3 us (a copy): so the job is unmarshalled and set up here."""
-    timeout = float(job.get("timeout", 5.0))
-    cap = min(int(job.get("stdout_cap", STDOUT_CAP)), STDOUT_CAP)
-    _out.buffer.cap = cap
-    limits = _limits(job, timeout, uid)
-    # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
-    # reachable by its own child only: the jobs folder is ours, 0711, and the name random
-    mode = 0o700
-    if uid:
-        mode = 0o777
-    _mkdir(workdir, mode)
-    _chdir(workdir)
-    if job.get("stdin"):
-        with open(".stdin", "w", encoding="utf-8", errors="surrogateescape") as fh:
-            fh.write(job["stdin"])
-        fd = _open_fd(".stdin", os.O_RDONLY)
-        # the zygote's fd 0 goes back to /dev/null below
-        _dup2(fd, 0)
-        _close(fd)
-    r, w = _pipe()
-    start, forked_ns = time.monotonic(), time.time_ns()
-    # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
-    # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
-    # one thread
-    pid = _pyfork()
-    if pid < 0:
-        raise OSError("fork failed")
-    if pid == 0:
-        _close(r)
-        _child(job, w, limits, uid)
-    _close(w)
-    # JSON escapes grow text 6x (\uXXXX)
-    limit = min(cap * 6 + (1 << 20), len(view))
-    size, error = _read_line(r, view, limit, start + timeout)
-    wall = time.monotonic() - start
-    # not reaped yet, so it exists; it cannot have made processes
-    _kill_pid(pid, signal.SIGKILL)
-    _, status, usage = _wait4(pid, 0)
-    _close(r)
-    if job.get("stdin"):
-        _dup2(_null, 0)
-    _chdir("/")
-    retire = not _clean(workdir, forked_ns)
-    cpu = usage.ru_utime + usage.ru_stime
-    header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
-    one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
-    if not error and one_line:
-        # exactly one line, the child's (the parent checks it all)
-        return header, size, retire
-    if not error:
-        error = _no_result(status, size)
-    line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
-    view[:len(line)] = line
-    return header, len(line), retire
-
-
-def _limits(job, timeout, uid):
-    """Layer 2: the rlimits a child sets on itself -> [(resource, (soft, hard))]."""
-    memory = int(job.get("memory_mb") or MEMORY_MB) << 20
-    limits = [(resource.RLIMIT_AS, (memory, memory)),
-              (resource.RLIMIT_CPU, (int(timeout) + 2, int(timeout) + 2)),
-              (resource.RLIMIT_FSIZE, (0, 0))]
-    # without a uid drop, each child sets NPROC = 0
-    if not uid:
-        limits.append((resource.RLIMIT_NPROC, (0, 0)))
-    return limits
-
-
-def _read_line(fd, view, limit, deadline):
-    """Read what the child writes to `fd` (one line, then it exits) into `view`, up to EOF, `limit`
-    bytes or the deadline -> (size, error: "" or why the read stopped early)."""
-    size = 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], (), (), left)[0]:
-            return size, "timeout"
-        if size >= limit:
-            return size, "result too large"
-        got = _readv(fd, [view[size:limit]])
-        size += got
-        if not got:
-            return size, ""
-
-
-def _no_result(status, size):
-    """Why a child that was not stopped gave no one-line result: its exit status (from wait4) and
-    the bytes it wrote."""
-    code = os.waitstatus_to_exitcode(status)
-    if size:
-        return "malformed result"
-    if code < 0 and -code != signal.SIGKILL:
-        return f"crashed ({signal.Signals(-code).name})"
-    return f"exited (code {code}) without a result"
-
-
-def _clean(workdir, forked_ns):
-    """Remove the job's cwd and, with the mount namespace, everything a child left in the private
-    tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock): each run starts on empty ones. A folder
-    whose times did not change since the last clean, which was over 20 ms before the child was
-    forked (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one stat
-    instead of a listing (seccomp denies utime). False when the clean-up fails (a zygote that cannot
-    clean up is replaced)."""
-    try:
-        _rmtree(workdir)
-        for n, folder in enumerate(_scratch):
-            seen = os.stat(folder)
-            times = (seen.st_mtime_ns, seen.st_ctime_ns)
-            if times == _scratch_times[n] and max(times) < forked_ns - 20_000_000:
-                continue
-            for entry in os.scandir(folder):
-                if entry.path != folder + "/jobs":
-                    _rmtree(entry.path)
-            if len(os.listdir(folder)) > (folder == "/tmp"):
-                return False
-            seen = os.stat(folder)
-            _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
-        return True
-    except (OSError, RecursionError):
-        return False
-
-
-def _write_all(fd, data):
-    while data:
-        data = data[_write(fd, data):]
-
-
-def _take(fd, n):
-    """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job
-    queued behind it."""
-    data = b""
-    while len(data) < n:
-        chunk = _read(fd, n - len(data))
-        if not chunk:
-            return b""
-        data += chunk
-    return data
-
-
-def _rmtree(path):
-    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir). Not
-    for unbounded depth: a child's chain of folders deep enough to fail here retires its zygote."""
-    try:
-        _rmdir(path)
-    except NotADirectoryError:
-        _unlink(path)
-    except OSError:
-        for entry in os.scandir(path):
-            if entry.is_dir(follow_symlinks=False):
-                _rmtree(entry.path)
-            else:
-                _unlink(entry.path)
-        _rmdir(path)
-
+# the zygote script the pool starts
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
 # --------------------------------------------------------------------------- parent side (the pool)
 
 # the calling process's pool of zygotes ("pid": the process that started them)
-_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "lock": _thread.allocate_lock()}
+_pool = {"pid": None, "workers": [], "count": 0, "uid_base": 0, "kind": "model",
+         "lock": _thread.allocate_lock()}
 
 
-def _start(family):
-    """Launch one zygote with a fresh scrubbed environment and its own hash seed."""
-    # parent only: zygotes never load them (see _GuardHook)
-    import site
+def _start(family, kind):
+    """Launch one zygote of `kind` ("model": model programs, "code": benchmark code) with a fresh
+    scrubbed environment and its own hash seed."""
+    # parent only: zygotes never load it (see zygote._GuardHook)
     import subprocess
     # 0 would turn hash randomisation off
     seed = 1 + int.from_bytes(os.urandom(4), "little") % (2**32 - 1)
@@ -899,12 +98,43 @@ def _start(family):
            "LD_BIND_NOW": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
-    argv = [sys.executable, "-S", "-s", "-B", os.path.abspath(__file__), "--worker",
-            str(_pool["count"]), os.environ.get("HOME", ""), str(_pool["uid_base"]),
-            json.dumps(seccomp_programs()), *site.getsitepackages()]
+    argv = [sys.executable, "-S", "-s", "-B", ZYGOTE, "--worker",
+            str(_pool["count"]), json.dumps(_homes()), str(_pool["uid_base"]),
+            json.dumps(seccomp_programs()), kind, *_site_folders()]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
-    return {"proc": proc, "family": family, "buf": b"", "jobs": [], "deadline": 0.0, "hello": None}
+    return {"proc": proc, "family": family, "kind": kind, "buf": b"", "jobs": [], "deadline": 0.0,
+            "hello": None}
+
+
+def _homes():
+    """The folders a child must not see as this user's home: $HOME (if set) and the home the
+    password database gives (HOME may be unset or point elsewhere)."""
+    import pwd
+    homes = [os.environ.get("HOME", "")]
+    try:
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    return homes
+
+
+def _site_folders():
+    """Where a zygote finds third-party packages (it runs with -S: no site code, no .pth files):
+    site-packages, the user site (`pip install --user`) and wherever the landlock binding was
+    found (PYTHONPATH, ...)."""
+    import importlib.util
+    import site
+    folders = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        folders.append(site.getusersitepackages())
+    try:
+        spec = importlib.util.find_spec("landlock")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        folders.append(os.path.dirname(list(spec.submodule_search_locations)[0]))
+    return list(dict.fromkeys(folders))
 
 
 def _hello(worker):
@@ -912,7 +142,7 @@ def _hello(worker):
     line = worker["proc"].stdout.readline()
     if not line:
         raise RuntimeError("sandbox worker failed to start; "
-                           "`python sandbox.py --worker 1 ~ 0 {}` shows why")
+                           "`python zygote.py --worker 1 [] 0 {} model` shows why")
     worker["hello"] = json.loads(line)
     return worker
 
@@ -938,44 +168,60 @@ def _stop(worker):
     base = ""
     if worker["hello"]:
         base = worker["hello"].get("base", "")
-    if base.startswith(tempfile.gettempdir() + "/populora-sandbox-"):
+    made_here = os.path.dirname(base) in (tempfile.gettempdir(), "/dev/shm")
+    if made_here and os.path.basename(base).startswith("populora-sandbox-"):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _ensure():
+def _ensure(kind):
+    """The pool's zygotes of `kind` started (two families of WORKERS_PER_FAMILY) and alive."""
     # first use, or we are a forked copy of the process that had it
     if _pool["pid"] != os.getpid():
         # children's uids: a random range per pool, so no child of another pool (another trainer)
         # shares one
         uid_base = (1 << 20) + int.from_bytes(os.urandom(4), "little") % (1 << 30)
         _pool.update(pid=os.getpid(), workers=[], uid_base=uid_base)
+    if not any(w["kind"] == kind for w in _pool["workers"]):
         # start them all, then wait for each to be ready
         started = []
         for family in (0, 1):
             for _ in range(WORKERS_PER_FAMILY):
-                started.append(_start(family))
-        _pool["workers"] = [_hello(w) for w in started]
+                started.append(_start(family, kind))
+        _pool["workers"] += [_hello(w) for w in started]
     # died while idle (killed from outside): replace before use
     for n, w in enumerate(_pool["workers"]):
         if w["proc"].poll() is not None:
             _stop(w)
-            _pool["workers"][n] = _hello(_start(w["family"]))
+            _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
 
 
 def _pack(job, cache):
-    """Job dict with source texts -> 8-byte length + marshal bytes, every text compiled here
-    (compiling runs nothing; a child then only unmarshals and executes, and a validity pair shares
-    one compile via `cache`)."""
+    """Job dict with source texts -> the settings a zygote reads (HEADER bytes: the payload's
+    length, the time limit in ms, the memory limit in MB, the stdout cap) + the payload its child
+    reads (marshal bytes), every text compiled here unless it comes compiled (compiling runs
+    nothing; a child then only unmarshals and executes, and a validity pair shares one compile via
+    `cache`)."""
+    # parent only (zygotes never pack)
+    import warnings
+
     def code(text, name, mode):
+        # verify hands in code objects compiled from the screened trees (screen.compiled)
+        if not isinstance(text, str):
+            return text
         if (text, name, mode) not in cache:
-            cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
+            # model text's compile-time warnings stay off the console (verify.quiet)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
         return cache[text, name, mode]
     body = {k: v for k, v in job.items() if k != "family"}
     body["code"] = code(job.get("code", ""), "<program>", "exec")
-    body["imports"] = code(job.get("imports", ""), "<imports>", "exec")
     body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
-    return len(data).to_bytes(8, "little") + data
+    timeout_ms = int(float(job.get("timeout", 5.0)) * 1000)
+    numbers = (len(data), timeout_ms, int(job.get("memory_mb") or MEMORY_MB),
+               int(job.get("stdout_cap", STDOUT_CAP)))
+    return b"".join(n.to_bytes(8, "little") for n in numbers) + data
 
 
 def run(jobs):
@@ -983,8 +229,18 @@ def run(jobs):
     None) picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in
     order."""
     results = [None] * len(jobs)
+    # model programs (validation and grading: job["audit"]) and benchmark code run in zygotes of
+    # their own (see _zygote_main)
+    kind = "code"
+    if any(job.get("audit") for job in jobs):
+        kind = "model"
+        if not all(job.get("audit") for job in jobs):
+            raise ValueError("a run holds either model programs (audit) or benchmark code")
+    if not jobs:
+        return results
     with _pool["lock"]:
-        _ensure()
+        _ensure(kind)
+        _pool["kind"] = kind
         queues = {0: [], 1: [], None: []}
         for i in reversed(range(len(jobs))):
             queues[jobs[i].get("family")].append(i)
@@ -995,7 +251,7 @@ def run(jobs):
             for n, w in enumerate(_pool["workers"]):
                 if w["jobs"]:
                     _stop(w)
-                    _pool["workers"][n] = _hello(_start(w["family"]))
+                    _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
     return results
 
 
@@ -1008,7 +264,7 @@ def _dispatch(jobs, results, queues):
         pending -= _collect(jobs, results, queues)
 
 
-def _failed(error):
+def failed(error):
     """The result of a job that gave no answer of its own."""
     return {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0,
             "wall_s": 0.0}
@@ -1022,7 +278,8 @@ def _feed(jobs, results, queues, cache, packed):
     rounds = []
     for depth in (1, 2):
         for worker in _pool["workers"]:
-            rounds.append((depth, worker))
+            if worker["kind"] == _pool["kind"]:
+                rounds.append((depth, worker))
     for depth, w in rounds:
         while len(w["jobs"]) < depth:
             queue = queues[w["family"]] or queues[None]
@@ -1033,7 +290,7 @@ def _feed(jobs, results, queues, cache, packed):
                 payload = packed.pop(i, None) or _pack(jobs[i], cache)
             except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
                     MemoryError) as e:
-                results[i] = _failed(_describe(e))
+                results[i] = failed(describe(e))
                 answered += 1
                 continue
             # must fit in the pipe (64 KiB) beside the job before it, or the write would block
@@ -1086,7 +343,7 @@ def _collect(jobs, results, queues):
             if data == b"":
                 error = "worker died"
             i = w["jobs"].pop(0)
-            results[i] = _failed(error)
+            results[i] = failed(error)
             answered += 1
             _replace(n, w, jobs, queues)
     return answered
@@ -1099,7 +356,8 @@ def _answers(n, w, jobs, results, queues, now):
     while b"\n" in w["buf"] and w["jobs"]:
         line, w["buf"] = w["buf"].split(b"\n", 1)
         i = w["jobs"].pop(0)
-        results[i], retire = _parse_answer(line, len(jobs[i].get("calls", ())))
+        values = len(jobs[i].get("calls", ())) + len(jobs[i].get("args", ()))
+        results[i], retire = _parse_answer(line, values)
         answered += 1
         # its clean-up failed: it has exited; the jobs behind go elsewhere
         if retire:
@@ -1118,7 +376,7 @@ def _replace(n, worker, jobs, queues):
         queues[jobs[i].get("family")].append(i)
     worker["jobs"] = []
     _stop(worker)
-    _pool["workers"][n] = _hello(_start(worker["family"]))
+    _pool["workers"][n] = _hello(_start(worker["family"], worker["kind"]))
 
 
 def _parse_answer(line, calls):
@@ -1128,7 +386,7 @@ def _parse_answer(line, calls):
     or a "values" list that is not one entry per call makes it a failed run ("malformed result"), of
     this job alone. The entries themselves are the caller's to check (verify.decode)."""
     head = line.split(b"\t", 4)
-    result = _failed("malformed result")
+    result = failed("malformed result")
     try:
         result.update(pid=int(head[0]), cpu_s=float(head[2]), wall_s=float(head[3]))
         retire = head[1] == b"1"
@@ -1154,8 +412,8 @@ def layers():
     for each layer, "why": {layer: the reason it is on or off}, "hidden_dirs", "workers" [(pid, hash
     seed)]."""
     with _pool["lock"]:
-        _ensure()
-        hellos = [w["hello"] for w in _pool["workers"]]
+        _ensure("model")
+        hellos = [w["hello"] for w in _pool["workers"] if w["kind"] == "model"]
     out = {"static_screen": True, "rlimits": True, "reliability_guard": True, "timeout_kill": True}
     why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
            "rlimits": "memory, CPU, no file bytes, 64 fds per child",
@@ -1184,7 +442,7 @@ def zygotes():
     "family"}]."""
     out = []
     for w in _pool["workers"]:
-        out.append({"pid": w["proc"].pid, "family": w["family"]})
+        out.append({"pid": w["proc"].pid, "family": w["family"], "kind": w["kind"]})
     return out
 
 
@@ -1200,7 +458,3 @@ def shutdown():
 
 atexit.register(shutdown)
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    # site-packages without running .pth files (-S: ~4 MB less to fork)
-    sys.path += sys.argv[6:]
-    _zygote_main(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5]))

@@ -49,6 +49,7 @@ code_f grows most with training (it turns the message into code).
 Not here: any RL (train.py does that), any claim that the tiny model reasons: it learns program
 shapes and guesses.
 """
+import fcntl
 import hashlib
 import json
 import math
@@ -862,20 +863,22 @@ def build_tiny(folder, seed=0):
 
 def cached_folder(cache_dir, prefix, settings, build):
     """cache_dir/<prefix>-<hash of settings>, made once by build(tmp_folder) in a temporary folder
-    renamed into place (atomic; a concurrent builder may win the race, which is fine) and reused
-    after that."""
+    renamed into place (atomic) under a lock file, and reused after that."""
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     path = os.path.join(cache_dir, f"{prefix}-{key}")
-    if not os.path.exists(os.path.join(path, "config.json")):
-        os.makedirs(cache_dir, exist_ok=True)
+    if os.path.exists(os.path.join(path, "config.json")):
+        return path
+    os.makedirs(cache_dir, exist_ok=True)
+    # one builder per folder: another process asking for the same one (a test beside a bench, two
+    # torchrun ranks) waits for it instead of repeating minutes of training
+    with open(os.path.join(cache_dir, f".{prefix}-{key}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(path, "config.json")):
+            return path
         tmp = tempfile.mkdtemp(prefix=f".{prefix}-", dir=cache_dir)
         try:
             build(tmp)
             os.rename(tmp, path)
-        except OSError:
-            # not a lost race: a real error
-            if not os.path.exists(os.path.join(path, "config.json")):
-                raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return path

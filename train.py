@@ -16,7 +16,7 @@ How to run (every config key is a flag, `--key value` or `--key=value`):
   python train.py                                         # one GPU, the paper-scale defaults
   torchrun --standalone --nproc_per_node 8 train.py --teachers 4 --students 4
   python train.py --baseline                              # AZR single agent, same batches
-  python train.py --seed_archive a.jsonl,b.jsonl --resume auto
+  python train.py --seed_archive a.jsonl,b.jsonl --resume auto    # default: data/'s AZR seeds
   python train.py --plan --gpu_memory_gb 80               # per-rank GPU memory plan, nothing loaded
 
 Deliberate deviations from the paper and from AZR (keep this list honest):
@@ -27,9 +27,11 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 2) TRR++ normalises per sequence, A = (r - mean) / (std + 1e-6) per (adapter, role, task) group
    (AZR's veRL whitens token-weighted). One optimizer step per step on fresh samples: PPO ratio 1,
    no clipping, KL, critic or reference.
-3) A valid problem always solved pays its teacher 0, one never solved `teacher_reward_unsolved`
-   (0: the paper's equation; AZR's code pays -0.5 for both). LoRA (rank 32, lr 1e-5) instead of
-   full fine-tuning at lr 1e-6.
+3) The paper says only that the student's failure rate is the teacher's reward. A valid problem
+   its matched student solves at rate 0 < p < 1 pays 1 - p (the failure rate), at p = 1 it pays 0,
+   and at p = 0 `teacher_reward_unsolved` (0) instead of a failure rate of 1: AZR's learnability
+   reward, so a problem nobody solves (perhaps nobody can) earns nothing. AZR's code pays -0.5 at
+   both ends. LoRA (rank 32, lr 1e-5) instead of full fine-tuning at lr 1e-6.
 4) The archive keeps 16,384 problems per task type, evicting the oldest (AZR drops new ones once
    full). A student whose teacher made fewer than `min_problems` valid problems of a type is topped
    up with recent archive problems (they train the student, they do not score the teacher). A too
@@ -44,27 +46,36 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
 7) Evolution happens at the start of every `evolve_every`-th step, before matchmaking, not after
    the update: every checkpoint (the one evaluate.py scores included) holds members that have
    trained, and the last step makes no children that nobody trains.
+8) Evolution ranks each role by TrueSkill mu, and a child inherits its parents' mean mu and sigma
+   (selection="inherit"; the paper does not say). mu - 3 sigma with a child at a fresh sigma
+   ("conservative", our first rule) ranks a child last again at the next event whatever it did,
+   and culled the newest child in most events of a simulation (bench/selection.py).
 """
 import argparse
+import ast
 import contextlib
 import hashlib
+import io
 import json
 import os
 import random
 import sys
 import tempfile
 import time
+import tokenize
 
 import torch
 import torch.distributed as dist
 
 import archive
+import data
 import distributed
 import engines
 import evolve
 import logs
 import plan
 import population
+import preflight
 import ratings
 import tinyworld
 import variants
@@ -113,14 +124,19 @@ config = dict(
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
     unsafe_sandbox_without_filesystem_isolation=False,
     archive_cap=16384,              # problems kept per task type; the oldest are evicted
-    seed_archive="",                # AZR seed JSONL files, comma-separated; "" = identity program
-                                    # (tiny-warm: its own seeds.jsonl)
+    seed_archive="auto",            # AZR seed JSONL files, comma-separated; "identity" = AZR's
+                                    # identity program; "auto" = AZR's two seed archives in data_dir
+                                    # (tiny: identity; tiny-warm: the laptop world's seeds.jsonl)
+    data_dir="data",                # fetched data (`python evaluate.py fetch`): AZR's seed archives
     evolve_every=10,                # steps between evolution events; -1 = never
     evolve_frac=0.25,               # fraction of each role replaced per event
+    # evolution's ranking and child ratings (deviation 8): inherit (by mu; a child inherits its
+    # parents' mu and sigma) | conservative (by mu - 3 sigma, a child at a fresh sigma: the first)
+    selection="inherit",
     crossover_prob=0.5,             # probability a child is a crossover (else a mutation)
-    # enabled mutations M1-M6 and crossovers (design §7; the controls copy_parent and linear_0_5
-    # are off)
+    # enabled mutations M1-M6 (design §7; the control copy_parent is off)
     mutations="spectral_jitter,gauss_rel,component_resample,scale_jitter,rank_rotation,input_noise",
+    # enabled crossovers X1-X9 (design §7; the controls copy_parent and linear_0_5 are off)
     crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,"
                "core_ties,core_dare,weighted_multi,delta_slerp",
     engine="auto",                  # generation: vllm | hf | auto (vllm if importable and CUDA)
@@ -130,10 +146,12 @@ config = dict(
     lora_dir="",                    # vLLM adapter sync folder; "" = /dev/shm if room, else out_dir
     dist_timeout_min=60,            # minutes a rank may wait in a collective
     plan=False,                     # print the per-rank GPU memory plan (nothing loaded) and exit
+    preflight=False,                # one of everything at these flags, measured vs the plan; exit
     gpu_memory_gb=0.0,              # GPU memory per rank for the plan; 0 = detect (needs a GPU)
     model_cache="out/.tiny",        # where the built-in tiny / tiny-warm bases are built and kept
     out_dir="out",                  # metrics.jsonl, samples.jsonl, config.json, step_NNNNNN/
     save_every=10,                  # steps between checkpoints (the last always saved); -1 = last
+    keep_checkpoints=3,             # newest checkpoints kept (7.75 GB each at 4T+4S 7B); 0 = all
     resume="",                      # "" = fresh, "auto" = newest checkpoint, or a step folder
     init_adapters="",               # "s0=PATH,...": start members from saved adapters, fresh AdamW
     samples_per_step=4,             # problems (with one answer each) to samples.jsonl per step
@@ -149,18 +167,59 @@ def str2bool(text):
     return text.lower() in ("1", "true", "yes")
 
 
-def parse_config(defaults, argv, description=None):
+def config_help(path):
+    """key -> its comments in the `config = dict(...)` of the file at `path`, so --help shows the
+    config's own words (one source): the comment at the end of the key's line (else the comment
+    lines just above it), and comment lines below it that start in the same column as its
+    end-of-line comment (a continuation)."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    # row -> (column, text) of every comment; code-free rows are the comment-only lines
+    comments, code_rows = {}, set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = (token.start[1], token.string.lstrip("#").strip())
+        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            code_rows.update(range(token.start[0], token.end[0] + 1))
+    call = next(node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "config")
+    helps, previous = {}, call.lineno
+    for keyword in call.keywords:
+        rows = range(keyword.lineno, keyword.end_lineno + 1)
+        own = [comments[row] for row in rows if row in comments]
+        above = [comments[row][1] for row in range(previous + 1, keyword.lineno)
+                 if row in comments and row not in code_rows]
+        # comment lines above a key with its own comment head a group: not its help
+        text = " ".join(above)
+        previous = keyword.end_lineno
+        if own:
+            column, text = own[-1]
+            while (previous + 1 in comments and previous + 1 not in code_rows
+                   and comments[previous + 1][0] == column):
+                previous += 1
+                text = f"{text} {comments[previous][1]}"
+        helps[keyword.arg] = text
+    return helps
+
+
+def parse_config(defaults, argv, description=None, source=__file__):
     """--key value / --key=value for every config key, typed like its default; a bool also as a
-    bare --key, and a None default is an optional bool. evaluate.py uses it for its own config."""
+    bare --key, and a None default is an optional bool. Each flag's --help is the key's comment in
+    `source` (the file defining `defaults`) and its default. evaluate.py uses it for its config."""
     if description is None:
         description = __doc__.strip().split("\n\n")[0]
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
+    helps = config_help(source)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     for key, value in defaults.items():
         if value is None or isinstance(value, bool):
-            kind = dict(type=str2bool, nargs="?", const=True)
+            kind = dict(type=str2bool, nargs="?", const=True, metavar="BOOL")
         else:
-            kind = dict(type=type(value))
-        parser.add_argument(f"--{key}", default=value, **kind)
+            kind = dict(type=type(value), metavar=type(value).__name__.upper())
+        # argparse formats help with %: a literal one is written %%
+        text = helps.get(key, "").replace("%", "%%")
+        parser.add_argument(f"--{key}", default=value, help=f"{text} (default: {value!r})",
+                            **kind)
     # unknown flags and bad values: argparse prints the reason and exits (2)
     return vars(parser.parse_args(argv))
 
@@ -181,10 +240,18 @@ def check_config(cfg, roles):
                              "the seed archive alone)")
     if cfg["gpu_memory_gb"] < 0:
         raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
+    if cfg["dtype"] == "float16":
+        # no loss scaling: pg_loss divides by the member's token count (~1e6 at paper scale)
+        raise SystemExit("--dtype float16: not supported (training has no loss scaling, and the "
+                         "gradients of a loss divided by the token count underflow in float16); "
+                         "use bfloat16 (same memory, float32's range) or float32")
+    if cfg["keep_checkpoints"] < 0:
+        raise SystemExit(f"--keep_checkpoints {cfg['keep_checkpoints']}: must be >= 0 (0 = all)")
     for key, allowed in (("engine", ("auto", "hf", "vllm")),
-                         ("dtype", ("", "float32", "bfloat16", "float16")),
+                         ("dtype", ("", "float32", "bfloat16")),
                          ("teacher_reward", ("populora", "opensir", "soar")),
-                         ("topup", ("recent", "leeps"))):
+                         ("topup", ("recent", "leeps")),
+                         ("selection", ratings.SELECTIONS)):
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
     if not 0 <= cfg["opensir_novelty_weight"] <= 1:
@@ -282,9 +349,9 @@ def student_reward(correct, well_formed):
 
 def teacher_reward(valid, solve_rate, unsolved):
     """The proposer reward for one proposal (design §4.6, deviation 3): invalid or badly formatted
-    -1;
-    a valid problem its matched student solves at rate p pays 1 - p if 0 < p < 1, 0 if p = 1 (too
-    easy) and `unsolved` if p = 0 (the paper's equation: 0; AZR's code: -0.5)."""
+    -1; a valid problem its matched student solves at rate p pays 1 - p (the student's failure
+    rate, the paper's words) if 0 < p < 1, 0 if p = 1 (too easy) and `unsolved` if p = 0 (our
+    default 0 is AZR's learnability reward; AZR's code pays -0.5)."""
     if not valid:
         return -1.0
     if solve_rate == 1:
@@ -382,7 +449,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     whole batch, this rank's token-balanced share forwarded in micro-batches of
     `micro_batch_tokens`, gradients summed over ranks, global grad-norm clip, and the same AdamW
     step on every rank (design §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
-    "tokens" {role: count}}."""
+    "tokens" {role: count}, "mismatch" {"mean", "max"}: |log pi_vLLM - log pi_train| over the
+    forwarded tokens the engine gave log-probs for (None without)}."""
     rewards = [s["reward"] for s in sequences]
     advantages = trr_advantages(rewards, [(s["role"], s["task"]) for s in sequences])
     sequences = [dict(s, advantage=a) for s, a in zip(sequences, advantages)]
@@ -391,7 +459,8 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     # deviation 5: a zero-advantage sequence has no gradient, so it is not forwarded
     work = [s for s in sequences if s["advantage"] != 0 and s["completion_ids"]]
     stats = {"loss": 0.0, "grad_norm": 0.0, "entropy": {"teacher": 0.0, "student": 0.0},
-             "tokens": {"teacher": 0, "student": 0}}
+             "tokens": {"teacher": 0, "student": 0}, "mismatch": {"mean": None, "max": None}}
+    gaps = [0.0, 0, 0.0]  # rollout-trainer log-prob gaps: sum, count, max
     if not work:
         # the same on every rank: no collective, no AdamW step (the moments stay as they are)
         return stats
@@ -410,16 +479,21 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
                                             device=logp.device)
             loss = pg_loss(logp, mask, batch_advantages, total_tokens)
             loss.backward()
+            gap_sum, gap_count, gap_max = engines.logprob_gaps(logp, batch)
+            gaps = [gaps[0] + gap_sum, gaps[1] + gap_count, max(gaps[2], gap_max)]
             stats["loss"] += loss.item()
             for row, s in enumerate(batch):
                 stats["entropy"][s["role"]] += entropy[row].sum().item()
                 stats["tokens"][s["role"]] += int(mask[row].sum().item())
     numbers = [stats["loss"], stats["entropy"]["teacher"], stats["entropy"]["student"],
-               stats["tokens"]["teacher"], stats["tokens"]["student"]]
+               stats["tokens"]["teacher"], stats["tokens"]["student"], gaps[0], gaps[1]]
     numbers = distributed.sum_over_ranks(params, numbers, world)
     stats["loss"] = numbers[0]
     stats["entropy"] = {"teacher": numbers[1], "student": numbers[2]}
     stats["tokens"] = {"teacher": int(round(numbers[3])), "student": int(round(numbers[4]))}
+    gap_max = distributed.max_over_ranks(gaps[2], world, params[0].device)
+    if numbers[6] > 0:
+        stats["mismatch"] = {"mean": numbers[5] / numbers[6], "max": gap_max}
     # the norm before clipping, of the summed gradient: the same on every rank
     stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg["grad_clip"]))
     optimizer.step()
@@ -802,6 +876,21 @@ def upgrade_archive(problems, cfg):
 PHASES = ("generate", "verify", "train", "evolve", "checkpoint")
 
 
+def seed_files(cfg):
+    """--seed_archive as comma-separated files ("" = AZR's identity program, archive.IDENTITY)."""
+    choice = cfg["seed_archive"]
+    if choice == "identity" or (choice == "auto" and cfg["model"] == "tiny"):
+        return ""
+    if choice == "auto" and cfg["model"] == "tiny-warm":
+        # the laptop world's own seeds (tinyworld.write_seeds): the identity program gives it
+        # nothing to solve
+        return os.path.join(tinyworld.model_folder("tiny-warm", cfg["model_cache"]), "seeds.jsonl")
+    if choice == "auto":
+        # a stop that names `python evaluate.py fetch` when they are not there
+        return ",".join(data.require(name, cfg["data_dir"]) for name in data.SEEDS)
+    return choice
+
+
 def member_roles(cfg):
     if cfg["baseline"]:
         return ["both"]
@@ -853,12 +942,7 @@ def main(cfg):
             return check(verify.validate, jobs)
         # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
         has_teachers = any(role in ("teacher", "both") for role in roles)
-        seed_files = cfg["seed_archive"]
-        if not seed_files and cfg["model"] == "tiny-warm":
-            # the laptop world's own seeds (tinyworld.write_seeds), not AZR's identity program
-            folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
-            seed_files = os.path.join(folder, "seeds.jsonl")
-        problems, line = archive.seed_archive(seed_files, validate_seeds, has_teachers)
+        problems, line = archive.seed_archive(seed_files(cfg), validate_seeds, has_teachers)
         logs.print0(line)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank
@@ -895,6 +979,11 @@ def main(cfg):
                                      dict(cfg, dtype=dtype))
     except OSError as e:
         raise SystemExit(f"--engine {cfg['engine']}: {e}")
+    if cfg["preflight"]:
+        # one update, generation, sync, all_reduce, checkpoint and sandbox burst beside the plan
+        resolved = dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing)
+        return preflight.run(resolved, roles, model, members, optimizers, engine, problems, check,
+                             train_member, rank, world)
     paths = {name: os.path.join(cfg["out_dir"], f"{name}.jsonl") for name in ("metrics", "samples")}
     wandb_run = None
     if rank == 0:
@@ -913,8 +1002,9 @@ def main(cfg):
         def generate(requests, purpose, temperature=cfg["temperature"]):
             # ONE batched call per phase, split over ranks; seeds reproducible after a resume
             seed = derive_seed(cfg["seed"], step, rank, purpose)
+            # contiguous blocks: a problem's attempts go to one rank, which prefills it once
             with timed(times, "generate"):
-                return distributed.split_run(lambda share: engines.generate(
+                return distributed.split_blocks(lambda share: engines.generate(
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
 
@@ -951,8 +1041,9 @@ def main(cfg):
         topups = distributed.broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
-        # ---- ALGO 5: grade
+        # ---- ALGO 5: grade; every problem keeps its solve statistics
         grade(attempts, check)
+        archive.record_solves(attempts)
 
         # ---- ALGO 6: rewards (teacher_reward=opensir: novelty measured on rank 0, broadcast)
         novel = None
@@ -985,8 +1076,10 @@ def main(cfg):
                     rates = [[name, i, rate] for (name, i), rate in probe_rates.items()]
                     state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
                                  leeps_stats=leeps_stats, probe_rates=rates)
-                    population.save_checkpoint(cfg["out_dir"], step + 1, model, members, optimizers,
-                                               state, problems)
+                    written = population.save_checkpoint(cfg["out_dir"], step + 1, model, members,
+                                                         optimizers, state, problems)
+                    # after the rename: the newest complete checkpoint is never the one removed
+                    population.prune_checkpoints(cfg["out_dir"], cfg["keep_checkpoints"], written)
                 if world > 1:
                     # inside an if true on every rank: nobody runs ahead of a checkpoint
                     dist.barrier()
@@ -994,6 +1087,10 @@ def main(cfg):
             row = logs.step_metrics(step, members, proposals, attempts, played, problems, stats,
                                     children)
             row.update({f"time/{k}": v for k, v in times.items()})
+            for name, member_stats in stats.items():
+                # rollout-trainer mismatch (vLLM engine only; None with hf or nothing trained)
+                row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
+                row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]
             row["time/step"] = time.time() - t_step
             generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
             row["tokens_per_s"] = generated / max(times["generate"], 1e-9)

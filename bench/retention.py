@@ -46,14 +46,10 @@ import evolve  # noqa: E402
 import tinyworld  # noqa: E402
 from learning_check import run  # noqa: E402  (bench/ is on sys.path: the script's folder)
 
-# the paper's labels (figures 16 and 17): controls first
-MUTATIONS = [("M0", "copy_parent"), ("M1", "spectral_jitter"), ("M2", "gauss_rel"),
-             ("M3", "component_resample"), ("M4", "scale_jitter"), ("M5", "rank_rotation"),
-             ("M6", "input_noise")]
-CROSSOVERS = [("X0", "copy_parent"), ("XL", "linear_0_5"), ("X1", "module_swap"),
-              ("X2", "layer_block_swap"), ("X3", "delta_lincomb_svd"), ("X4", "component_splice"),
-              ("X5", "aligned_factor_avg"), ("X6", "core_ties"), ("X7", "core_dare"),
-              ("X8", "weighted_multi"), ("X9", "delta_slerp")]
+# evolve.py's labels (the repository's one numbering; the paper's figures 16 and 17 use the same
+# style, but which of its operators each of ours matches is unknown): controls first
+MUTATIONS = [(label, name) for name, label in evolve.MUTATION_LABELS.items()]
+CROSSOVERS = [(label, name) for name, label in evolve.CROSSOVER_LABELS.items()]
 REFERENCES = [("R0", "base"), ("RB", "parent_b")]
 
 

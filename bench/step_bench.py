@@ -61,7 +61,8 @@ def main():
         common = dict(train.config, model=model, steps=args.steps, propose_per_task=args.propose_per_task,
                       solve_samples=args.solve_samples, min_problems=1, references=2,
                       max_new_tokens=args.max_new_tokens, lora_rank=8, lora_alpha=16, engine=args.engine,
-                      evolve_every=2, save_every=2, samples_per_step=1, seed=0)
+                      evolve_every=2, save_every=2, samples_per_step=1, seed=0,
+                      seed_archive="identity")
         pop_rows = run(dict(common, teachers=4, students=4, out_dir=os.path.join(tmp, "population")))
         base_rows = run(dict(common, baseline=True, out_dir=os.path.join(tmp, "baseline")))
     pop_s, pop_share, pop_tok = summary(pop_rows)

@@ -29,11 +29,16 @@ def require_vllm():
 
 
 def shared_path(*parts):
-    """Path under ../shared, or skip when the folder is not there (a user's fresh clone)."""
-    path = os.path.join(SHARED, *parts)
-    if not os.path.exists(path):
-        pytest.skip(f"{path} not present (real data lives beside the repo in ../shared)")
-    return path
+    """Real data for a test: data/ (`python evaluate.py fetch`) when it holds what is asked, else the offline
+    copies in ../shared when they are there, else skip naming the fetch command (a user's fresh clone).
+    parts: ("benchmarks",) for the folder of benchmark files, ("azr_seeds", FILE) or ("benchmarks", FILE)."""
+    fetched = os.path.join(ROOT, "data", *parts[1:])
+    if len(parts) == 1:
+        fetched = os.path.join(ROOT, "data") if os.path.isfile(os.path.join(ROOT, "data", "aime24.jsonl")) else ""
+    for path in (fetched, os.path.join(SHARED, *parts)):
+        if path and os.path.exists(path):
+            return path
+    pytest.skip(f"no data for {'/'.join(parts)}: run `python evaluate.py fetch` first")
 
 
 @pytest.fixture(scope="session")
@@ -52,16 +57,7 @@ def warm_dir():
 
 
 def peak_live_bytes(fn):
-    """Peak bytes of CPU tensors alive at once while fn() runs, above those alive before: torch's profiler records
-    every allocation and free (self_cpu_memory_usage per op); their running sum in time order is the live total.
-    Exact for tensor memory, blind to the interpreter's own; fn's return value is returned with it."""
-    import torch.profiler
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn()
-    events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events()
-                    if e.self_cpu_memory_usage)
-    live = peak = 0
-    for _, change in events:
-        live += change
-        peak = max(peak, live)
-    return peak, result
+    """Peak bytes of CPU tensors alive at once while fn() runs (preflight.peak_live_bytes: the torch profiler's
+    allocations and frees summed in time order), and fn's return value."""
+    import preflight
+    return preflight.peak_live_bytes(fn)

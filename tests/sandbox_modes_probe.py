@@ -9,6 +9,7 @@ import os
 import sys
 
 import sandbox
+import screen
 import verify
 
 # what the secret files hold (built, so that it is in no program's text)
@@ -39,12 +40,47 @@ def routes(path, public):
     return read + change + write
 
 
+# jobs that try to leave something for the next job on their zygote: files in the folder their cwd
+# is in (writable to a child that keeps our uid), used-up inodes, that folder renamed
+PLANT = ("import os, posix\njobs = os.path.dirname(os.getcwd())\n"
+         "for d in (jobs, '/tmp', '/var/tmp', '/dev/shm'):\n"
+         "    try:\n        posix.mkdir(d + '/planted')\n    except OSError:\n        pass\n"
+         "n = 0\ntry:\n    while n < 100000:\n        posix.mkdir(jobs + '/fill%d' % n)\n"
+         "        n += 1\nexcept OSError:\n    pass\nprint(n)")
+RENAME = ("import os, posix\njobs = os.path.dirname(os.getcwd())\n"
+          "try:\n    posix.rename(jobs, jobs + '-moved')\nexcept OSError as e:\n    print(e)")
+LOOK = ("import os\nseen = []\n"
+        "for d in (os.path.dirname(os.getcwd()), '/tmp', '/var/tmp', '/dev/shm'):\n"
+        "    try:\n        names = os.listdir(d)\n    except OSError:\n        names = []\n"
+        "    seen += [n for n in names if n == 'planted' or n.startswith('fill')]\n"
+        "print(len(seen))")
+
+
+# a child's effective, permitted and inheritable capabilities (capget)
+CAPS = ("import ctypes\nlibc = ctypes.CDLL(None)\nheader = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+        "data = (ctypes.c_uint32 * 6)()\nlibc.capget(header, data)\nprint(sum(data))")
+
+
+def leftovers():
+    """PLANT, then an honest job and LOOK; RENAME, then an honest job: on one zygote -> what the
+    three later jobs printed (or their errors)."""
+    sandbox.WORKERS_PER_FAMILY = 1
+    sandbox.shutdown()
+    jobs = [PLANT, "print('honest')", LOOK, RENAME, "print('honest')"]
+    res = sandbox.run([{"code": code, "family": 0, "timeout": 20} for code in jobs])
+    sandbox.shutdown()
+    out = []
+    for r in (res[1], res[2], res[4]):
+        out.append(r["stdout"].strip() or r["error"])
+    return out
+
+
 def main():
     args = sys.argv[1:]
     public = args[args.index("--public") + 1]
     secrets = args[:args.index("--public")]
     lay = sandbox.layers()
-    verify._screen = verify._nodes                # the screen off: only the runtime layers stand
+    screen.check = screen.nodes                # the screen off: only the runtime layers stand
     expressions = [e for path in secrets for e in routes(path, public)]
     proposals = [{"program": f"def f(x):\n    return {e}", "input": "1"} for e in expressions]
     problem = {"program": "def f(x):\n    return x", "input": "1", "output": "1",
@@ -64,13 +100,21 @@ def main():
     checks = verify.execute([{"code": "print(open('/etc/hostname').read())"},
                              {"code": "import _socket\ns = _socket.socket()\ns.settimeout(1)\n"
                                       "s.connect(('127.0.0.1', 1))"},
-                             {"code": "import os\nprint(os.getuid())"}])
+                             {"code": "import os\nprint(os.getuid())"},
+                             {"code": CAPS}])
+    state = leftovers()
+    # issue 22, class 3: a validity check's two runs see different pids (a PID namespace per
+    # zygote counts from its own random start each job)
+    pids = [r["stdout"] for r in sandbox.run([{"code": "import os\nprint(os.getpid())",
+                                               "family": family} for family in (0, 1, 0, 1)])]
     flags = {k: v for k, v in lay.items() if isinstance(v, bool)}
     print(json.dumps({"euid": os.geteuid(), "layers": flags,
                       "why": lay["why"], "leaked": SECRET_TEXT in text, "intact": intact,
                       "public": sorted(os.listdir(public)), "runs": len(results),
                       "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],
-                      "child_uid": checks[2]["stdout"].strip()}))
+                      "child_uid": checks[2]["stdout"].strip(),
+                      "child_caps": checks[3]["stdout"].strip() or checks[3]["error"],
+                      "state": state, "pids": pids}))
 
 
 if __name__ == "__main__":

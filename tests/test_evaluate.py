@@ -64,7 +64,7 @@ def test_loaders_read_every_fixture_in_the_real_formats():
 
 def test_bad_input_gives_clear_errors(tmp_path):
     os.makedirs(tmp_path / "empty")
-    with pytest.raises(FileNotFoundError, match="gsm8k.jsonl"):
+    with pytest.raises(SystemExit, match=r"gsm8k\.jsonl is missing\. Fetch it with `python evaluate\.py fetch"):
         E.load_benchmark("gsm8k", str(tmp_path / "empty"))
     (tmp_path / "gsm8k.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": oops}\n')
     with pytest.raises(SystemExit, match="line 2 is not JSON"):
@@ -353,7 +353,7 @@ def test_report_writes_every_figure(tmp_path):
     assert r.returncode == 0, r.stderr
     figures = json.loads(r.stdout.strip().splitlines()[-1])["figures"]
     names = ("rates", "difficulty", "complexity", "ratings", "matches", "archive",
-             "student_vs_teacher", "response_len")
+             "student_vs_teacher", "entropy", "response_len")
     assert sorted(figures) == sorted(f"{n}.png" for n in names)
     md = (tmp_path / "pop" / "report" / "report.md").read_text()
     for f in figures:

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import evolve
+import ratings
+import train
 
 R = 4
 # (out, in)
@@ -570,6 +572,8 @@ def step(members, adapters, seed=0, **cfg):
 
 def test_replacement_step_records():
     members, adapters = population([30.0, 20.0, 25.0, 10.0])
+    for m in members:
+        m["sigma"] = 1.0 + 0.1 * m["id"]
     # role of one: skipped
     members.append({"name": "solo", "role": "both", "id": 50, "mu": 0.0, "sigma": 1.0})
     adapters["solo"] = make(50, layers=2)
@@ -588,7 +592,8 @@ def test_replacement_step_records():
             assert r["kind"] == ("crossover" if len(ps) == 2 else "mutation") and r["step"] == 10
             assert r["operator"] in (evolve.CROSSOVERS if len(ps) == 2 else evolve.MUTATIONS)
             assert r["mu"] == pytest.approx(sum(p["mu"] for p in ps) / len(ps))
-            assert r["sigma"] == pytest.approx(25 / 3)
+            # the default rule (inherit): the parents' mean sigma too
+            assert r["sigma"] == pytest.approx(sum(p["sigma"] for p in ps) / len(ps))
             copies = r["operator"] == "copy_parent" or r["operator"] in evolve.SWAPS
             if copies or r["fallback"]:
                 assert r["copy_optimizer_from"] == ps[0]["name"]
@@ -612,6 +617,50 @@ def test_replacement_step_never_replaces_the_best_and_is_reproducible():
     for r, q in zip(records, again):
         assert (r["operator"], r["parent_names"]) == (q["operator"], q["parent_names"])
         assert all(torch.equal(r["adapter"][k], q["adapter"][k]) for k in r["adapter"])
+
+
+def test_one_operator_numbering():
+    """Issue 24: every operator has one label, and its docstring starts with it (bench/retention.py
+    and results/retention/ read the same table)."""
+    import re
+    assert set(evolve.MUTATION_LABELS) == set(evolve.MUTATIONS)
+    assert set(evolve.CROSSOVER_LABELS) == set(evolve.CROSSOVERS)
+    labels = list(evolve.MUTATION_LABELS.values()) + list(evolve.CROSSOVER_LABELS.values())
+    assert len(set(labels)) == len(labels)
+    for names, functions in ((evolve.MUTATION_LABELS, evolve.MUTATIONS),
+                             (evolve.CROSSOVER_LABELS, evolve.CROSSOVERS)):
+        for name, label in names.items():
+            assert re.match(r"[MX][0-9L]+", functions[name].__doc__).group() == label, name
+
+
+def child_with_a_good_record(selection):
+    """4T+4S at an event: incumbents after many matches (σ 1.2), and s3, made at the previous event
+    from s0 and s1 and rated by `selection`'s rule, has since won 6 of its 10 rated matches against a
+    teacher rated like the middle student s1. Its μ ends above the weakest student's (s2, 24)."""
+    members, adapters = population([30.0, 27.0, 24.0, 0.0])
+    for m in members:
+        m["sigma"] = 1.2
+    child = members[7]
+    child.update(ratings.child([members[4], members[5]], selection))
+    for outcome in [1] * 6 + [-1] * 4:
+        ratings.update({"mu": 27.0, "sigma": 1.2}, child, outcome)
+    assert child["name"] == "s3" and child["mu"] > 24.0 + 3
+    return members, adapters
+
+
+def test_default_selection_keeps_a_child_with_a_good_record():
+    """Issue 24: under train.py's default rule a child with a good record survives the next event,
+    and the weakest student goes instead. Under the first rule (μ − 3σ, a child at a fresh σ; kept
+    as selection "conservative") the same record still ranks it last: culled for being new."""
+    members, adapters = child_with_a_good_record(train.config["selection"])
+    culled = step(members, adapters, **train.config)
+    assert [r["name"] for r in culled] == ["t3", "s2"]
+    members, adapters = child_with_a_good_record("conservative")
+    old = step(members, adapters, **dict(train.config, selection="conservative"))
+    assert [r["name"] for r in old] == ["t3", "s3"]
+    assert [r["sigma"] for r in old] == [25 / 3, 25 / 3]
+    with pytest.raises(ValueError, match="selection 'elo'"):
+        step(members, adapters, selection="elo")
 
 
 def test_replacement_step_operator_choice():

@@ -154,6 +154,27 @@ def test_bf16_training_step_on_cpu(tiny_dir, tmp_path):
     assert row["step"] == 0 and row["teacher/reward"] is not None
 
 
+def test_float16_is_refused_before_anything_loads(tmp_path):
+    """--dtype float16 trained silently wrong (issue 21, item 3): no loss scaling, and pg_loss divides by the member's
+    token count, so the LoRA gradients underflow. It is refused at start-up with the way out."""
+    from test_train import tiny_cfg
+    with pytest.raises(SystemExit, match=r"--dtype float16: not supported .*loss scaling.*bfloat16"):
+        train.main(tiny_cfg("tiny", tmp_path, dtype="float16", steps=1))
+    assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_keep_checkpoints_removes_the_oldest(tiny_dir, tmp_path):
+    """A 7B 4T+4S checkpoint is 7.75 GB; 200 steps kept every one (155 GB). keep_checkpoints 2: the two newest
+    remain, and --resume auto continues from the newest."""
+    from test_train import tiny_cfg
+    cfg = tiny_cfg(tiny_dir, tmp_path, teachers=1, students=1, steps=4, save_every=1, keep_checkpoints=2)
+    train.main(cfg)
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("step_")) == ["step_000003", "step_000004"]
+    assert population.latest_checkpoint(str(tmp_path)).endswith("step_000004")
+    with pytest.raises(SystemExit, match="--keep_checkpoints -1"):
+        train.main(dict(cfg, keep_checkpoints=-1))
+
+
 def test_lora_sync_folder_falls_back_and_says_what_to_change(tmp_path):
     folder = engines.lora_folder("", str(tmp_path / "out"), need=1)
     assert os.path.isdir(folder)
@@ -288,22 +309,152 @@ def test_two_rank_resume_equals_uninterrupted_with_real_moments(warm_dir, tmp_pa
     assert any(r["student/s0/reward"] not in (None, -1.0) for r in rows_a)  # rewards vary: the moments are real
 
 
+def stale_and_live_sync_folders(parent):
+    """In the adapter sync's parent folder: a crashed run's folder (its lock free), a live run's (its lock held by
+    this test process until the returned file is closed), and a folder without a lock (not ours to judge)."""
+    import fcntl
+    for name in ("populora-lora-crashed", "populora-lora-live", "populora-lora-nolock"):
+        os.makedirs(parent / name / "s0" / "v7")
+        (parent / name / "s0" / "v7" / "adapter_model.safetensors").write_bytes(b"x" * 1000)
+    (parent / "populora-lora-crashed" / ".lock").write_text("")
+    held = open(parent / "populora-lora-live" / ".lock", "w")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return held
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_engine_under_two_rank_torchrun(tiny_dir, tmp_path):
     """One vLLM engine per rank inside the torchrun process group (external_launcher), on CPU: both ranks generate,
-    train and sync, and hold identical adapters after every sync; the engine closes before the process group."""
+    train and sync, and hold identical adapters after every sync; the engine closes before the process group.
+    /dev/shm is per node (issue 21, item 2): the node's local rank 0 alone writes the adapter sync folder, the other
+    rank reads the same folder, only the current version stays on disk, a crashed run's folder is deleted at start
+    (a live run's is not), and the node's cores are shared by the two ranks' sandbox pools."""
     from conftest import require_vllm
     from test_train import check_metrics, read_jsonl, tiny_cfg
     require_vllm()
+    sync = tmp_path / "sync"
+    held = stale_and_live_sync_folders(sync)
     cfg = tiny_cfg(tiny_dir, tmp_path, teachers=1, students=1, steps=2, evolve_every=1, save_every=2,
-                   engine="vllm")
+                   engine="vllm", lora_dir=str(sync))
     argv = [f"--{k}={v}" for k, v in cfg.items() if v is not None]
     torchrun(2, os.path.join(FIXTURES_DIR, "train_ddp_probe.py"), *argv)
+    held.close()
     ranks = [json.load(open(tmp_path / f"adapter_hashes_rank{r}.json")) for r in (0, 1)]
     # make_engine's first sync, step 0's update, step 1's evolution, step 1's update
     assert [r["version"] for r in ranks[0]] == [0, 1, 2, 3] and ranks[0] == ranks[1]
     check_metrics(read_jsonl(tmp_path / "metrics.jsonl"), 2, ["t0"], ["s0"])
+    seen = [json.load(open(tmp_path / f"seen_rank{r}.json")) for r in (0, 1)]
+    assert seen[0]["sync_writer"] == [True] * 4 and seen[1]["sync_writer"] == [False] * 4
+    folder = seen[0]["sync_folders"][0]
+    assert set(seen[0]["sync_folders"] + seen[1]["sync_folders"]) == {folder}
+    assert os.path.dirname(folder) == str(sync)
+    # s0's versions on disk after each sync: the previous one is gone (nothing evolves in 1T+1S: v1 stays until v3)
+    assert seen[0]["versions_on_disk"] == [["v0"], ["v1"], ["v1"], ["v3"]] and seen[1]["versions_on_disk"] == []
+    assert sorted(os.listdir(sync)) == ["populora-lora-live", "populora-lora-nolock"]
+    assert [s["sandbox_workers"] for s in seen] == [max(1, len(os.sched_getaffinity(0)) // 2)] * 2
+    assert seen[0]["checkpoints_saved"] == [2] and seen[1]["checkpoints_saved"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_single_process_run_uses_the_in_process_engine(tiny_dir, tmp_path):
+    """`python train.py --baseline` (no torchrun) took vLLM's multiprocess engine core, a second process with its own
+    CUDA context that the memory plan does not count; the tests only ever ran the in-process one because conftest.py
+    sets VLLM_ENABLE_V1_MULTIPROCESSING=0. engines._make_llm now sets it: a process started without it gets the
+    in-process core too."""
+    from conftest import require_vllm
+    require_vllm()
+    script = tmp_path / "engine_core.py"
+    script.write_text(f"""import sys
+sys.path.insert(0, {ROOT!r})
+import engines, population, train
+if __name__ == "__main__":
+    base, tokenizer = population.load_base({tiny_dir!r})
+    cfg = dict(train.config, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj", max_new_tokens=16,
+               max_prompt_tokens=64, dtype="float32", out_dir={str(tmp_path)!r})
+    model, members = population.init_population(base, tokenizer, cfg, ["both"])
+    engine = engines.make_engine("vllm", {tiny_dir!r}, model, tokenizer, members, cfg)
+    print("engine core:", type(engine["llm"].llm_engine.engine_core).__name__)
+    engines.close_engine(engine)
+""")
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert "engine core: InprocClient" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_two_nodes_of_one_rank_each(tiny_dir, tmp_path):
+    """More than one node: two torchrun "nodes" of one rank each on this machine, joined by a c10d rendezvous (the
+    README's multi-node command). Each node has its own sync writer and folder (both nodes are local rank 0), its own
+    sandbox pool sized to the node's cores, rank 0 alone writes the checkpoints and logs, and the adapters are
+    bit-identical across nodes after every update and evolution."""
+    from conftest import require_vllm
+    from test_train import check_metrics, read_jsonl, tiny_cfg
+    require_vllm()
+    cfg = tiny_cfg(tiny_dir, tmp_path, teachers=2, students=2, steps=2, evolve_every=1, save_every=1,
+                   engine="vllm")
+    argv = [f"--{k}={v}" for k, v in cfg.items() if v is not None]
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    nodes = []
+    for node in (0, 1):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+                   "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+                   "--rdzv_id", "two-nodes", os.path.join(FIXTURES_DIR, "train_ddp_probe.py"), *argv]
+        nodes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    outputs = [node.communicate(timeout=900)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    ranks = [json.load(open(tmp_path / f"adapter_hashes_rank{r}.json")) for r in (0, 1)]
+    assert [r["version"] for r in ranks[0]] == [0, 1, 2, 3] and ranks[0] == ranks[1]
+    # step 1's evolution replaced a teacher and a student (random tiny: no update moves them before)
+    evolved = [name for name in ranks[0][2]["hashes"] if ranks[0][2]["hashes"][name] != ranks[0][1]["hashes"][name]]
+    assert len(evolved) == 2
+    check_metrics(read_jsonl(tmp_path / "metrics.jsonl"), 2, ["t0", "t1"], ["s0", "s1"])
+    seen = [json.load(open(tmp_path / f"seen_rank{r}.json")) for r in (0, 1)]
+    assert sorted((s["node"], s["local_rank"]) for s in seen) == [(0, 0), (1, 0)]
+    assert all(s["sync_writer"] == [True] * 4 for s in seen)
+    assert seen[0]["sync_folders"][0] != seen[1]["sync_folders"][0]
+    assert [s["sandbox_workers"] for s in seen] == [min(len(os.sched_getaffinity(0)), 8)] * 2
+    assert seen[0]["checkpoints_saved"] == [1, 2] and seen[1]["checkpoints_saved"] == []
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith("step_")) == ["step_000001", "step_000002"]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_rollout_trainer_mismatch_is_logged_per_member(warm_dir, tmp_path):
+    """metrics.jsonl carries mismatch/<m>/mean and /max, |log pi_vLLM - log pi_train| over the tokens each member
+    trained on (as large RL frameworks log it): ~0 in float32 (the same math in two kernels), larger but small in
+    bf16 (vLLM's bf16 adapters against training's float32 ones on the bf16 base); None with the hf engine."""
+    from conftest import require_vllm
+    from test_train import read_jsonl, tiny_cfg
+    require_vllm()
+    rows = {}
+    for dtype in ("float32", "bfloat16"):
+        out = tmp_path / dtype
+        train.main(tiny_cfg(warm_dir, out, teachers=0, students=2, steps=2, solve_samples=8, min_problems=4,
+                            max_new_tokens=48, engine="vllm", dtype=dtype))
+        rows[dtype] = read_jsonl(out / "metrics.jsonl")
+    for dtype, limit in (("float32", (1e-4, 1e-2)), ("bfloat16", (0.1, 3.0))):
+        means = [r[f"mismatch/{m}/mean"] for r in rows[dtype] for m in ("s0", "s1")]
+        largest = [r[f"mismatch/{m}/max"] for r in rows[dtype] for m in ("s0", "s1")]
+        # the warm base's rewards vary: every student trains on some sequences every step
+        assert all(v is not None for v in means + largest), (dtype, means)
+        assert max(means) < limit[0] and max(largest) < limit[1], (dtype, means, largest)
+        assert all(mean <= high for mean, high in zip(means, largest))
+    assert max(r["mismatch/s0/mean"] for r in rows["bfloat16"]) > max(r["mismatch/s0/mean"] for r in rows["float32"])
+    hf = train.main(tiny_cfg(warm_dir, tmp_path / "hf", teachers=0, students=1, steps=1, engine="hf"))
+    assert hf and read_jsonl(tmp_path / "hf" / "metrics.jsonl")[0]["mismatch/s0/mean"] is None
 
 
 @pytest.mark.slow

@@ -278,18 +278,73 @@ def test_vllm_equals_hf_greedy_before_and_after_updates(vllm_population):
 
 
 @pytest.mark.vllm
-def test_vllm_sampling_seeded_per_request(vllm_population):
+def test_vllm_sampling_seeded_per_call_not_per_request(vllm_population, monkeypatch):
+    """One seed per generation call (issue 21, item 5): a seed per request made vLLM 0.32 sample every seeded row in
+    a Python loop at every decode step (topk_topp_sampler.random_sample). The same call with the same seed gives the
+    same completions; another seed others; the same prompt several times in one call, different samples."""
     _, _, _, members, engine = vllm_population
+    sent = []
+    real_generate = engine["llm"].generate
+
+    def spy(prompts, params, **kwargs):
+        sent.extend(params)
+        return real_generate(prompts, params, **kwargs)
+    monkeypatch.setattr(engine["llm"], "generate", spy)
     requests = [(p, members[i % 4]["name"]) for i, p in enumerate(prompts(6, seed=4, longest=80))]
     a = engines.generate(engine, requests, 1.0, 0.9, 16, seed=7)
-    b = engines.generate(engine, requests[:3], 1.0, 0.9, 16, seed=7)  # another batch: same draws per request
+    b = engines.generate(engine, requests, 1.0, 0.9, 16, seed=7)
     c = engines.generate(engine, requests, 1.0, 0.9, 16, seed=8)
-    assert a[:3] == b and a != c
+    assert a == b and a != c
+    assert len(sent) == 18 and all(p.seed is None for p in sent)
     assert len({tuple(o["completion_ids"]) for o in engines.generate(engine, [requests[0]] * 4, 1.0, 1.0, 16, seed=7)}) > 1
     # more prompt tokens than one scheduler step takes (4096): on CPU a split prompt + seed used to crash vLLM
     many = [(p * 3, members[i % 4]["name"]) for i, p in enumerate(prompts(40, seed=5, longest=100))]  # no shared prefixes
     assert sum(len(p) for p, _ in many) > 4096
-    assert all(len(o["completion_ids"]) == 4 for o in engines.generate(engine, many, 1.0, 1.0, 4, seed=1))
+    assert all(0 < len(o["completion_ids"]) <= 4 for o in engines.generate(engine, many, 1.0, 1.0, 4, seed=1))
+
+
+@pytest.mark.vllm
+def test_vllm_log_probs_match_training_and_equal_prompts_are_prefilled_once(vllm_population):
+    """vLLM returns each sampled token's log-prob (SamplingParams(logprobs=0)); in float32 they equal the training
+    forward's (population.token_logprobs) on the same member, so engines.logprob_gaps, the rollout-trainer mismatch
+    train.py logs, is ~0 here (bf16 on GPU is what it watches). One member's attempts at one problem in one call:
+    the prompt is prefilled once, the prefix cache serves the rest."""
+    model, _, _, members, engine = vllm_population
+    prompt = "def f(x):\n" + "    x = x * 3 + 1\n" * 20 + "    return"
+    requests = [(prompt, members[1]["name"])] * 6 + [(prompt[:40], members[2]["name"])] * 2
+    cached = engine["cached_tokens"]
+    out = engines.generate(engine, requests, 1.0, 1.0, 12, seed=3)
+    # vLLM's CPU blocks hold 128 tokens: 5 repeats each find the prompt's full blocks cached
+    assert engine["cached_tokens"] - cached >= 5 * (len(out[0]["prompt_ids"]) // 128) * 128 > 0
+    for member in (members[1], members[2]):
+        rows = [o for (_, name), o in zip(requests, out) if name == member["name"]]
+        logp, mask, _ = P.token_logprobs(model, member["name"], [o["prompt_ids"] for o in rows],
+                                         [o["completion_ids"] for o in rows])
+        total, count, largest = engines.logprob_gaps(logp, rows)
+        assert count == mask.sum() > 0 and all(len(o["logprobs"]) == len(o["completion_ids"]) for o in rows)
+        assert largest < 1e-3 and total / count < 1e-4, (largest, total / count)
+    hf = engines.make_engine("hf", None, model, engine["tokenizer"], members, CFG)
+    assert all(o["logprobs"] is None for o in engines.generate(hf, requests[:2], 1.0, 1.0, 4, seed=3))
+
+
+@pytest.mark.vllm
+def test_train_member_reports_the_rollout_trainer_mismatch(vllm_population):
+    """train_member compares the log-probs vLLM sampled with against its own forward on the tokens it trains on and
+    reports mean and max |difference| (summed over ranks; train.py logs them as mismatch/<m>/mean and /max): ~0 in
+    float32. Sequences without engine log-probs (the hf engine) report None."""
+    model, _, _, members, engine = vllm_population
+    name = members[2]["name"]
+    outputs = engines.generate(engine, [(p, name) for p in prompts(6, seed=9, longest=60)], 1.0, 1.0, 16, seed=5)
+    rewards = [1.0, -0.5, -1.0]
+    sequences = [dict(o, reward=rewards[i % 3], role="student", task="code_o") for i, o in enumerate(outputs)]
+    cfg = dict(train.config, micro_batch_tokens=4096, logprob_chunk=64)
+    # lr 0: the module's shared population stays as it is
+    optimizer = torch.optim.SGD(P.trainable_params(model, name), lr=0.0)
+    stats = train.train_member(model, name, optimizer, sequences, cfg)
+    assert stats["grad_norm"] > 0
+    assert 0 <= stats["mismatch"]["mean"] <= stats["mismatch"]["max"] < 1e-3
+    without = [dict(s, logprobs=None) for s in sequences]
+    assert train.train_member(model, name, optimizer, without, cfg)["mismatch"] == {"mean": None, "max": None}
 
 
 # ----------------------------------------------------------------------------- ratings and matchmaking
@@ -319,15 +374,20 @@ def test_rating_constants_and_updates_follow_trueskill():
     assert trueskill.global_env().mu == 25.0  # the package's global environment is untouched
 
 
-def test_win_probability_and_conservative_score():
+def test_win_probability_and_selection_scores():
     a, b = {"mu": 25.0, "sigma": 25 / 3}, {"mu": 25.0, "sigma": 25 / 3}
     assert ratings.win_probability(a, b) == pytest.approx(0.5)
     strong = {"mu": 35.0, "sigma": 2.0}
     assert ratings.win_probability(strong, a) > 0.8 and ratings.win_probability(strong, a) + ratings.win_probability(a, strong) == pytest.approx(1)
     members = [{"name": "x", "mu": 30.0, "sigma": 8.0}, {"name": "y", "mu": 26.0, "sigma": 1.0},
                {"name": "z", "mu": 20.0, "sigma": 0.5}]
-    assert ratings.conservative_score(members[0]) == 6.0
-    assert [m["name"] for m in sorted(members, key=ratings.conservative_score, reverse=True)] == ["y", "z", "x"]
+    conservative = lambda m: ratings.selection_score(m, "conservative")  # noqa: E731
+    assert conservative(members[0]) == 6.0
+    assert [m["name"] for m in sorted(members, key=conservative, reverse=True)] == ["y", "z", "x"]
+    assert [ratings.selection_score(m, "inherit") for m in members] == [30.0, 26.0, 20.0]
+    parents = members[:2]
+    assert ratings.child(parents, "inherit") == {"mu": 28.0, "sigma": 4.5}
+    assert ratings.child(parents, "conservative") == {"mu": 28.0, "sigma": 25 / 3}
 
 
 def rated(prefix, mus):
@@ -436,3 +496,53 @@ def test_damaged_checkpoint_is_a_clear_error_and_loads_nothing(tiny_dir, tmp_pat
     assert fresh_members == members_before and all(not o.state for o in fresh_opt.values())
     for m in fresh_members:
         assert all(torch.equal(v, before[m["name"]][k]) for k, v in P.get_adapter(fresh, m["name"]).items())
+
+
+def test_checkpoints_hold_no_gpu_rng_state_and_resume_on_fewer_gpus(tiny_dir, tmp_path, monkeypatch):
+    """Resume with fewer visible GPUs (issue 21, item 4): a checkpoint stored one CUDA RNG state per visible GPU, and
+    torch.cuda.set_rng_state_all indexes torch.cuda.default_generators[i] for every saved state, so an 8-GPU
+    checkpoint restored where 1 GPU is visible raised IndexError. No GPU here: the two torch.cuda calls are replaced
+    by what they do on a node with 2 GPUs at save time and 1 at restore time (torch/cuda/random.py)."""
+    model, _, _, members = make_population(tiny_dir, roles=["teacher", "student"])
+    optimizers = {m["name"]: sgd_step(model, m["name"], lr=1e-3) for m in members}
+    archive = {"code_i": [], "code_o": [], "code_f": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [torch.zeros(16, dtype=torch.uint8)] * 2)
+
+    def set_rng_state_all(states):
+        generators = ["the one visible GPU's generator"]
+        for i, _ in enumerate(states):
+            generators[i]  # IndexError from the second state on, as in torch
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_rng_state_all)
+    folder = P.save_checkpoint(str(tmp_path), 1, model, members, optimizers, {"next_id": 2}, archive)
+    draws = torch.rand(3)
+    state_path = os.path.join(folder, "state.json")
+    state = json.load(open(state_path))
+    assert "cuda" not in state["rng"]
+    # a checkpoint written by the old code on 8 GPUs restores its CPU states and ignores the GPU ones
+    state["rng"]["cuda"] = [[0] * 16] * 8
+    with open(state_path, "w") as f:
+        json.dump(state, f)
+    torch.rand(5)
+    P.load_checkpoint(folder, model, members, optimizers)
+    assert torch.equal(torch.rand(3), draws)
+
+
+def test_prune_checkpoints_keeps_the_newest_and_the_one_just_written(tmp_path):
+    def complete(step):
+        folder = tmp_path / f"step_{step:06d}"
+        folder.mkdir()
+        (folder / "state.json").write_text("{}")
+        return str(folder)
+    folders = {step: complete(step) for step in (10, 20, 30, 40, 50)}
+    # a checkpoint being written (not yet renamed) and a crashed copy without state.json are never counted
+    (tmp_path / ".tmp_step_000060_123").mkdir()
+    (tmp_path / "step_000055").mkdir()
+    assert P.prune_checkpoints(str(tmp_path), 0, folders[50]) == []
+    # resumed from step 20 and just re-saved it: it stays beside the 2 newest
+    deleted = P.prune_checkpoints(str(tmp_path), 2, folders[20])
+    assert deleted == [folders[10], folders[30]]
+    assert sorted(os.listdir(tmp_path)) == [".tmp_step_000060_123", "step_000020", "step_000040", "step_000050",
+                                            "step_000055"]
+    assert P.latest_checkpoint(str(tmp_path)) == folders[50]
+    assert P.prune_checkpoints(str(tmp_path), 1, folders[50]) == [folders[20], folders[40]]

@@ -31,6 +31,20 @@ def arrangeable(mode):
     return None
 
 
+def bindings(folder):
+    """Copy the pinned bindings (landlock, pyseccomp) into `folder` (a site-packages, or beside the
+    code that imports them)."""
+    os.makedirs(folder, exist_ok=True)
+    for module in ("landlock", "pyseccomp"):
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:
+            shutil.copytree(spec.submodule_search_locations[0], os.path.join(folder, module))
+        else:
+            shutil.copy(spec.origin, folder)
+
+
 @pytest.fixture(scope="module")
 def tree():
     """A world-readable copy of the sandbox, verify.py (and the modules they import), the probe and
@@ -39,18 +53,11 @@ def tree():
     base = tempfile.mkdtemp(prefix="populora-modes-", dir="/tmp")
     code = os.path.join(base, "code")
     os.mkdir(code)
-    names = ("sandbox.py", "encoding.py", "verify.py", "prompts.py",
-             os.path.join("tests", "sandbox_modes_probe.py"))
+    names = ("sandbox.py", "zygote.py", "isolation.py", "encoding.py", "verify.py", "screen.py",
+             "prompts.py", os.path.join("tests", "sandbox_modes_probe.py"))
     for name in names:
         shutil.copy(os.path.join(ROOT, name), code)
-    for module in ("pyseccomp", "landlock"):
-        spec = importlib.util.find_spec(module)
-        if spec is None:
-            continue
-        if spec.submodule_search_locations:
-            shutil.copytree(spec.submodule_search_locations[0], os.path.join(code, module))
-        else:
-            shutil.copy(spec.origin, code)
+    bindings(code)
     subprocess.run(["chmod", "-R", "a+rX", base], check=True)
     os.chmod(base, 0o755)
     yield base
@@ -126,6 +133,12 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     assert lay["filesystem_isolation"] and lay["landlock"], report["why"]
     assert lay["seccomp"] and lay["no_fork"] and lay["network_isolation"], report["why"]
     assert "not permitted" in report["net_error"], report      # seccomp: no socket at all
+    # issue 22, class 6: nothing a job leaves (files where it can write, used-up inodes, its jobs
+    # folder renamed) reaches the next job on its zygote, which runs
+    assert report["state"] == ["honest", "0", "honest"], report
+    assert len(set(report["pids"])) == 4, report
+    # no capability in a child, in any mode (a user namespace's included)
+    assert report["child_caps"] == "0", report
     # Landlock: nothing readable outside the interpreter's folders
     assert not report["etc_readable"]
     if lay["network_namespace"]:

@@ -31,7 +31,8 @@ def tiny_cfg(tiny, out, **overrides):
     return {**train.config, **dict(
         model=tiny, out_dir=str(out), teachers=2, students=2, steps=2, propose_per_task=1, solve_samples=2,
         min_problems=1, references=1, max_new_tokens=12, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj",
-        evolve_every=-1, save_every=-1, samples_per_step=2, micro_batch_tokens=4096, engine="hf", seed=7), **overrides}
+        evolve_every=-1, save_every=-1, samples_per_step=2, micro_batch_tokens=4096, engine="hf", seed=7,
+        seed_archive="identity"), **overrides}
 
 
 def read_jsonl(path):

@@ -15,6 +15,7 @@ import pytest
 
 import sandbox
 import verify
+import zygote
 from conftest import ROOT, shared_path
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
@@ -161,9 +162,9 @@ VALIDITY_CASES = [
     ("def g(x):\n    f = 3\n    return x", "1", False, "name f is already used"),
     ("x = 1", "1", False, "no top-level function"),
     ("def f(x) return x", "1", False, "syntax error"),
-    ("import os\ndef f(x):\n    return x", "1", False, "banned import: os"),
-    ("from os import path\ndef f(x):\n    return x", "1", False, "banned import: os"),
-    ("import numpy.random\ndef f(x):\n    return x", "1", False, "banned import: random"),
+    ("import os\ndef f(x):\n    return x", "1", False, "not an allowed module"),
+    ("from os import path\ndef f(x):\n    return x", "1", False, "not an allowed module"),
+    ("import numpy.random\ndef f(x):\n    return x", "1", False, "not an allowed module"),
     ("def f(x):\n    return eval('x')", "1", False, "banned name: eval"),
     ("def f(x):\n    g = open\n    return x", "1", False, "banned name: open"),
     # a parameter called input is fine
@@ -178,13 +179,13 @@ VALIDITY_CASES = [
     ("def f(x):\n    return x", "'abcdefgh'", True, "valid"),
     ("def f(x):\n    return len('abcdefgh') + len(x)", "'abcdefgh'", False, "verbatim"),
     ("def f(x):\n    return 1 / x", "0", False, "ZeroDivisionError"),
-    ("def f(x):\n    return [x] * 3000", "1", False, "at most 2000"),
-    ("def f(x):\n    return float('nan')", "1", False, "does not evaluate back (NameError"),
+    ("def f(x):\n    return [x] * 3000", "1", False, "longer than 2000"),
+    ("def f(x):\n    return float('nan')", "1", False, "nan or inf"),
     ("def f(x):\n    return object()", "1", False, "not a plain value"),
     ("class A:\n    def __repr__(self):\n        return '1'\ndef f(x):\n    return A()", "1", False,
      "plain value"),
     ("class A:\n    def __repr__(self):\n        raise RuntimeError('no')\ndef f(x):\n"
-     "    return A()", "1", False, "RuntimeError"),
+     "    return A()", "1", False, "plain value"),
     ("def f(x):\n    return {'kiwi', 'fig', 'plum', 'pear', 'lime', 'date', 'yuzu', 'sloe'}", "1",
      False, "non-deterministic"),
     ("def f(x):\n    return sorted({'kiwi', 'fig', 'plum', 'pear', 'lime'})", "1", True, "valid"),
@@ -193,15 +194,15 @@ VALIDITY_CASES = [
     ("def f(x):\n    return x", "__import__('os')", False, "banned name"),
     ("import typing\ndef f(x):\n    return typing.sys.modules['os'].getpid()", "1", False,
      "banned attribute"),
-    ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "banned import: posix"),
+    ("import posix\ndef f(x):\n    return posix.getpid()", "1", False, "not an allowed module"),
     ("import timeit\ndef f(x):\n    return timeit.timeit('1', number=1)", "1", False,
-     "banned import: timeit"),
+     "not an allowed module"),
     # a multi-line input
     ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),
-    ("import codecs\ndef f(x):\n    return getattr(getattr(codecs, 'sys'), 'modules')", "1", False,
+    ("import json\ndef f(x):\n    return getattr(getattr(json, 'codecs'), 'open')", "1", False,
      "allowed attribute"),
-    ("import codecs\ndef f(x):\n    return codecs.open('y', 'w')", "1", False,
-     "banned attribute: open"),
+    ("import json\ndef f(x):\n    return json.codecs.lookup('utf-8')", "1", False,
+     "banned attribute: json.codecs"),
 ]
 
 
@@ -484,7 +485,7 @@ def test_hostile_code_is_contained(victims, monkeypatch):
             assert r["ok"], (name, r)
         elif expect != "contained":
             assert not r["ok"] and any(e in r["error"] for e in expect.split("|")), (name, r)
-        assert len(r["stdout"]) <= sandbox.STDOUT_CAP, name
+        assert len(r["stdout"]) <= zygote.STDOUT_CAP, name
         assert "hunter2" not in r["stdout"] + r["error"], name
         # the child that ran it is gone
         with pytest.raises(ProcessLookupError):
@@ -664,3 +665,31 @@ def test_results_carry_the_zygotes_own_measures():
                                         "while time.process_time() < end:\n    pass"}])
     assert 0.3 <= sleep["wall_s"] < 3 and sleep["cpu_s"] < 0.2, sleep
     assert 0.3 <= spin["cpu_s"] < 3 and spin["wall_s"] >= spin["cpu_s"] - 0.05, spin
+
+
+# model text whose parsing or compiling warns (3.11: invalid decimal literal, invalid escape
+# sequence, "is" with a literal, a tuple called)
+NOISY = ("def f(x):\n    y = 1if x else 2\n    g = lambda: (1, 2)(3)\n"
+         "    return (x is 1, '\\d', y)\n")
+
+
+def test_model_text_never_warns_on_the_console():
+    """Issue 20: the parent parses and compiles model text (validate, grade, complexity, the seed
+    tally's literals): no warning may reach the console, where it reads like an error of ours."""
+    import warnings
+    proposal = {"program": NOISY, "input": "1"}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = verify.validate("code_o", [proposal])[0]
+        attempt = dict(proposal, output=result["output"], gold=result["gold"], answer="(0if 1 else 2)")
+        verify.grade("code_o", [attempt])
+        verify.complexity(NOISY)
+        # the rename to f parses (and tokenizes) it again
+        verify.prepare_program(NOISY.replace("def f(", "def h("))
+    assert result["valid"], result
+    assert [str(w.message) for w in caught] == []
+    command = [sys.executable, os.path.join(ROOT, "verify.py"), "validate", "--task", "code_o"]
+    out = subprocess.run(command, input=json.dumps(proposal) + "\n", capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and json.loads(out.stdout)["valid"], out
+    assert out.stderr == ""

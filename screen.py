@@ -1,0 +1,544 @@
+"""Layer 1 of the sandbox (design §3): the static screen, and the texts that run. Split from
+verify.py (the task family's prompts, validity and grading) because it is a concern of its own: what
+model-written text may say before a child runs it, and exactly which text that is.
+
+A validity rule and a speed bump, never the only wall: what it misses meets the runtime layers
+(sandbox.py: an audit hook in every validation and grading child, seccomp, Landlock, namespaces).
+Its rules, on the parse tree of the exact text that will run:
+  - imports: an allowlist of pure standard-library modules (zygote.ALLOWED_MODULES, which the
+    zygotes preload), measured on AZR's seeds (collections, re, math, fractions, itertools, heapq,
+    queue) and widened to the computing modules model programs reach for (typing, functools,
+    operator, string, bisect, statistics, decimal, copy, enum, json, ...); no relative import;
+  - a module's attributes (`m.x`, `from m import x`): public, and not a door out of the allowlist
+    (LEAKS: an attribute that is a module outside it, such as enum.bltns, typing.sys, json.codecs,
+    or an object defined outside it, such as queue.time), nor one that evaluates text
+    (typing.get_type_hints, typing.ForwardRef);
+  - names, attributes, match-class keywords, getattr & co.'s constant names and the text of string
+    constants (str.format reads attributes): no introspection (INTROSPECTION: code, frame,
+    generator, coroutine and traceback internals, a function's globals, closure and annotations,
+    the class hierarchy, the builtins), none of BANNED_NAMES unless the program binds it;
+  - getattr & co. only called directly with a constant name; an imported module only used as
+    `module.x`; no assignment or deletion through an imported name or a call (no patching of the
+    classes grading compares with).
+The text that runs is the text screened: the entry function is renamed to f on the token stream
+(tokenize's own lines), and the result is parsed and screened again; the code_f student's program
+with the teacher's imports, an input's pack expression, a code_o answer and an imports line are
+each screened as the one text a child compiles.
+"""
+import ast
+import contextlib
+import io
+import json
+import re
+import tokenize
+import types
+import warnings
+from importlib import import_module
+
+from encoding import MAX_UNITS, encode
+from zygote import ALLOWED_MODULES
+
+MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
+MAX_INPUT = 20_000       # chars of an input or a code_o answer
+# AZR's list, the design's additions, then ours: what teacher prompts list as banned (the screen
+# itself admits only ALLOWED_MODULES; the prompt keeps its words, a warm-started model was trained
+# on them)
+BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading datetime time "
+                    "hashlib hmac bcrypt calendar os sys socket shutil ctypes importlib signal "
+                    "asyncio pathlib io builtins gc inspect secrets uuid tempfile glob pickle "
+                    "marshal resource posix _io _socket _thread _signal _posixsubprocess _ctypes "
+                    "fcntl pty mmap code codeop runpy timeit cProfile profile pdb bdb trace "
+                    "pkgutil zipimport __main__ sandbox verify").split())
+# names a program may not use unless it binds them itself
+BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
+                    "vars __build_class__").split())
+# attribute names refused on anything: readers of attributes by name, file openers, sys.modules
+BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
+                "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
+                "getline", "getlines", "FileIO"} | BANNED_SHOWN
+ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+# [ours] classes whose repr is their bare name: in scope for answers (and outputs must be shown
+# with them) whenever the program imports their module in any form
+REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque, defaultdict",
+              "fractions": "from fractions import Fraction",
+              "decimal": "from decimal import Decimal"}
+# Load, And, Add, ...: markers the screen reads through their parent (and not depth, complexity)
+MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+
+
+class Invalid(Exception):
+    """A proposal or attempt rejected before it runs; the message is the reason."""
+
+
+def _introspection():
+    """The attribute names of this interpreter's code, frame, generator, coroutine, async
+    generator and traceback objects that plain objects lack (co_*, f_*, gi_*, tb_*, ...), and the
+    doors to a function's globals and closure, the class hierarchy and the builtins."""
+    def generator():
+        yield
+
+    async def coroutine():
+        pass
+
+    async def async_generator():
+        yield
+
+    try:
+        raise ValueError
+    except ValueError as e:
+        trace = e.__traceback__
+    made = [generator.__code__, generator(), coroutine(), async_generator(), trace,
+            trace.tb_frame]
+    names = set()
+    for obj in made:
+        for name in dir(obj):
+            if re.match(r"(co|f|gi|cr|ag|tb)_|_co_|_varname", name):
+                names.add(name)
+    made[2].close()
+    doors = ("__builtins__ __subclasses__ __bases__ __base__ __mro__ mro __globals__ __code__ "
+             "__closure__ cell_contents __func__ __self__ __getattribute__ __setattr__ "
+             "__delattr__ __dict__ __class__ __loader__ __spec__ __traceback__ __annotations__ "
+             "__reduce__ __reduce_ex__ __import__ __build_class__")
+    return names | set(doors.split())
+
+
+INTROSPECTION = _introspection()
+_INTROSPECTION_RE = re.compile("|".join(sorted(map(re.escape, INTROSPECTION), key=len,
+                                               reverse=True)))
+
+
+def _leaks():
+    """{allowed module: its public attributes that lead out of the allowlist}: submodules and
+    modules it imported that are not allowed (enum.bltns is the builtins module, typing.sys,
+    json.codecs), and objects defined in a module that is not (queue.time is time.monotonic; a
+    builtin function re-exported). Computed from this interpreter's own modules, so a Python that
+    adds a door has it closed."""
+    allowed_tops = {name.split(".")[0] for name in ALLOWED_MODULES}
+    out = {}
+    for name in ALLOWED_MODULES:
+        module = import_module(name)
+        leaks = set()
+        for attr, value in vars(module).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(value, types.ModuleType):
+                if value.__name__ not in ALLOWED_MODULES:
+                    leaks.add(attr)
+                continue
+            origin = getattr(value, "__module__", None)
+            if not isinstance(origin, str):
+                continue
+            top = origin.split(".")[0].lstrip("_")
+            if origin == "builtins" and isinstance(value, type):
+                continue
+            if top not in allowed_tops:
+                leaks.add(attr)
+        out[name] = leaks
+    return out
+
+
+LEAKS = _leaks()
+
+
+def quiet(parse, *args, **kwargs):
+    """parse(*args, **kwargs) (ast.parse, compile, tokenize ... of model text) with the warnings
+    it raises dropped: `1if x`, `"\\d"`, `x is 1` warn at parse or compile time, and model text
+    must never print on the console, where it reads like an error of ours. Inside silenced() (a
+    whole batch), without a context of its own."""
+    if _silent[0]:
+        return parse(*args, **kwargs)
+    with silenced():
+        return parse(*args, **kwargs)
+
+
+# how many silenced() blocks are open (warnings.catch_warnings costs ~10 us: one per batch)
+_silent = [0]
+
+
+@contextlib.contextmanager
+def silenced():
+    """Warnings ignored inside (model text parsed and compiled in a batch)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _silent[0] += 1
+        try:
+            yield
+        finally:
+            _silent[0] -= 1
+
+
+def parse(text, mode="exec"):
+    """Model text -> its AST (no warnings printed). Raises Invalid."""
+    try:
+        return quiet(ast.parse, text, mode=mode)
+    except SyntaxError as e:
+        raise Invalid(f"syntax error: {e.msg} (line {e.lineno})")
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not parse: {type(e).__name__}")
+
+
+def nodes(tree):
+    """All nodes of a tree but the MARKERS, iteratively (model text can nest past the recursion
+    limit); ~2x faster than ast.walk."""
+    out, stack, node_type = [], [tree], ast.AST
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if type(value) is list:
+                stack += [v for v in value if isinstance(v, node_type)]
+            elif isinstance(value, node_type) and not isinstance(value, MARKERS):
+                stack.append(value)
+    return out
+
+
+def check(tree):
+    """Layer 1 on a parsed text: raise Invalid for what the module docstring lists; -> its nodes.
+    (Tests switch it off by setting screen.check = screen.nodes.)"""
+    found = nodes(tree)
+    imported, bound, modules, direct = _bindings(found)
+    _check_uses(found, imported, bound, modules, direct)
+    return found
+
+
+def _bindings(found):
+    """The screen's first pass: raise Invalid for an import outside the allowlist (or of a door of
+    an allowed module); -> (names imported, names the program binds, {name: module} for names bound
+    to a module, ids of the nodes used directly: `x` in `x.attr` and in `x(...)`)."""
+    imported, bound, modules, direct = set(), set(), {}, set()
+    # exact types (ast.parse output), most frequent first
+    for node in found:
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is not ast.Load:
+                bound.add(node.id)
+        elif kind is ast.Attribute:
+            # a module's name as `module.x` (not an alias of it)
+            direct.add(id(node.value))
+        elif kind is ast.Call:
+            # getattr & co. as `getattr(...)` (not an alias of it)
+            direct.add(id(node.func))
+        elif kind is ast.arg:
+            bound.add(node.arg)
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound.add(node.name)
+        elif kind is ast.Import:
+            for alias in node.names:
+                _allowed_module(alias.name)
+                name = alias.asname or alias.name.split(".")[0]
+                imported.add(name)
+                modules[name] = alias.name
+                if not alias.asname:
+                    modules[name] = alias.name.split(".")[0]
+        elif kind is ast.ImportFrom:
+            if node.level or not node.module:
+                raise Invalid("relative import")
+            _allowed_module(node.module)
+            for alias in node.names:
+                _allowed_attribute(node.module, alias.name)
+                imported.add(alias.asname or alias.name)
+                if f"{node.module}.{alias.name}" in ALLOWED_MODULES:
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return imported, bound, modules, direct
+
+
+def _allowed_module(name):
+    if name not in ALLOWED_MODULES:
+        raise Invalid(f"import of {name}: not an allowed module (allowed: pure standard-library "
+                      "modules such as collections, math, re, itertools, functools, typing)")
+
+
+def _allowed_attribute(module, attr):
+    """Raise Invalid unless `attr` of the allowed `module` is public and no door out."""
+    if attr == "*":
+        raise Invalid(f"from {module} import *")
+    if attr.startswith("_") or attr in LEAKS[module] or attr in BANNED_ATTRS:
+        raise Invalid(f"banned attribute: {module}.{attr}")
+
+
+def _module_of(node, modules):
+    """The allowed module an expression names (`collections`, `collections.abc`), or None."""
+    if type(node) is ast.Name:
+        return modules.get(node.id)
+    if type(node) is ast.Attribute:
+        outer = _module_of(node.value, modules)
+        if outer is not None and f"{outer}.{node.attr}" in ALLOWED_MODULES:
+            return f"{outer}.{node.attr}"
+    return None
+
+
+def _check_uses(found, imported, bound, modules, direct):
+    """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
+    attribute or string, getattr & co. or a module used other than directly, an attribute call with
+    a name that is not a constant allowed one, and monkey-patching."""
+    for node in found:
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id in INTROSPECTION or (node.id in BANNED_NAMES and node.id not in bound):
+                raise Invalid(f"banned name: {node.id}")
+            if node.id in ATTR_CALLS and node.id not in bound and id(node) not in direct:
+                raise Invalid(f"{node.id} only as a direct call")
+            if node.id in modules and node.id not in bound and id(node) not in direct:
+                raise Invalid(f"the module {node.id} used as a value")
+        elif kind is ast.Attribute:
+            if node.attr in INTROSPECTION or node.attr in BANNED_ATTRS:
+                raise Invalid(f"banned attribute: {node.attr}")
+            module = _module_of(node.value, modules)
+            if module is not None and f"{module}.{node.attr}" not in ALLOWED_MODULES:
+                _allowed_attribute(module, node.attr)
+        # `case str(__class__=c)` reads an attribute too
+        elif kind is ast.MatchClass:
+            for name in node.kwd_attrs:
+                if name in INTROSPECTION or name in BANNED_ATTRS:
+                    raise Invalid(f"banned attribute: {name}")
+        elif kind is ast.Constant:
+            if isinstance(node.value, str) and _INTROSPECTION_RE.search(node.value):
+                found_name = _INTROSPECTION_RE.search(node.value).group()
+                raise Invalid(f"banned name in a string: {found_name}")
+        elif kind is ast.Call:
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ATTR_CALLS and func.id not in bound:
+                _check_attribute_call(node, imported)
+        elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
+            _check_targets(node, imported)
+
+
+def _check_attribute_call(node, imported):
+    """getattr & co. only with a constant attribute name that is neither private nor banned
+    (getattr(codecs, "sys")); setattr and delattr never on an imported module."""
+    name = None
+    if len(node.args) > 1:
+        name = node.args[1]
+    constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
+    if not constant or name.value.startswith("_") or name.value in BANNED_ATTRS:
+        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
+    if name.value in INTROSPECTION:
+        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
+    root = _root(node.args[0])
+    if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name):
+        if root.id in imported:
+            raise Invalid("modifies an imported module")
+
+
+def _root(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+        node = node.value
+    return node
+
+
+def _check_targets(node, imported):
+    """No assignment or deletion through an imported name or a call (`math.pi = 3`, `f().x = 1`):
+    no monkey-patching of library classes that grading compares with."""
+    if type(node) in (ast.Assign, ast.Delete):
+        targets = node.targets
+    else:
+        targets = [node.target]
+    for target in targets:
+        elements = [target]
+        if isinstance(target, (ast.Tuple, ast.List)):
+            elements = target.elts
+        for element in elements:
+            root = _root(element)
+            if element is not root and (not isinstance(root, ast.Name) or root.id in imported):
+                raise Invalid("modifies an imported module (or assigns through a call)")
+
+
+def screened(text, mode="exec"):
+    """Parse `text` and screen it: the exact text a child will run. -> the tree (its code object,
+    compiled from that tree, is kept for compiled()). Raises Invalid."""
+    tree = parse(text, mode)
+    check(tree)
+    _keep(text, mode, tree)
+    return tree
+
+
+# code objects of the texts screened lately, compiled from the tree that was screened (one parse
+# per text; bounded: a text no longer here is parsed and screened again)
+_CODES = {}
+
+
+def _keep(text, mode, tree):
+    if len(_CODES) >= 8192:
+        _CODES.clear()
+    names = {"exec": "<program>", "eval": "<call>"}
+    _CODES[text, mode] = quiet(compile, tree, names[mode], mode, dont_inherit=True)
+
+
+def compiled(text, mode="exec"):
+    """The code object a child runs for `text`: compiled from its screened tree (screened now if
+    it was not lately). Raises Invalid."""
+    if (text, mode) not in _CODES:
+        screened(text, mode)
+    return _CODES[text, mode]
+
+
+# ------------------------------------------------------------------------------ programs and inputs
+
+def prepare_program(program):
+    """-> (program with its entry function renamed to f, text of all its import statements). Raises
+    Invalid."""
+    program, imports, _ = prepare(program)
+    return program, imports
+
+
+def prepare(program):
+    """prepare_program -> (program, imports, the top-level modules it imports). The program
+    returned is the one screened: renamed first, then parsed and screened as it will run; its
+    imports line is screened too (a code_o answer runs with it)."""
+    if not isinstance(program, str) or not program.strip():
+        raise Invalid("empty program")
+    if len(program) > MAX_PROGRAM:
+        raise Invalid(f"program longer than {MAX_PROGRAM} chars")
+    tree = parse(program)
+    entry = _entry(tree)
+    if entry.name != "f":
+        program = _rename_to_f(program, entry.name)
+        tree = parse(program)
+        entry = _entry(tree)
+        if entry.name != "f":
+            raise Invalid("the entry function could not be renamed to f")
+    if isinstance(entry, ast.AsyncFunctionDef):
+        raise Invalid("the entry function is async")
+    import_nodes = []
+    for node in check(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            import_nodes.append(node)
+    _keep(program, "exec", tree)
+    imports, modules = _imports_text(import_nodes)
+    if imports:
+        screened(imports)
+    return program, imports, modules
+
+
+def _entry(tree):
+    """The entry function: the top-level def named f, else the only top-level def. Raises
+    Invalid."""
+    defs = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.append(node)
+    for node in defs:
+        if node.name == "f":
+            return node
+    if not defs:
+        raise Invalid("no top-level function")
+    if len(defs) > 1:
+        raise Invalid("several top-level functions and none is named f")
+    return defs[0]
+
+
+def _imports_text(import_nodes):
+    """A program's Import/ImportFrom nodes -> (its import statements, one a line without repeats,
+    then REPR_NAMES's line for each module imported in any form that has one; the top-level modules
+    it imports)."""
+    lines, modules = [], set()
+    for node in import_nodes:
+        lines.append(ast.unparse(node))
+        for alias in node.names:
+            if isinstance(node, ast.ImportFrom):
+                modules.add(node.module.split(".")[0])
+            else:
+                modules.add(alias.name.split(".")[0])
+    for module in sorted(modules):
+        if module in REPR_NAMES:
+            lines.append(REPR_NAMES[module])
+    return "\n".join(dict.fromkeys(lines)), modules
+
+
+def _rename_to_f(program, name):
+    """Rename the entry function `name` to f on the token stream, so comments and layout stay:
+    every NAME token `name` that does not follow a dot, at the (row, column) tokenize gives, on
+    the lines tokenize read (split at "\\n" only: str.splitlines also splits at \\x0c, \\x1c,
+    \\u2028, ..., which a comment may hold). Raises Invalid when `f` is used already."""
+    lines, spots, previous = io.StringIO(program).readlines(), [], None
+    try:
+        tokens = quiet(list, tokenize.generate_tokens(io.StringIO(program).readline))
+    except (tokenize.TokenError, SyntaxError, ValueError) as e:
+        raise Invalid(f"does not tokenize: {type(e).__name__}") from None
+    for token in tokens:
+        after_dot = previous is not None and previous.string == "."
+        if token.type == tokenize.NAME and token.string in (name, "f") and not after_dot:
+            if token.string == "f":
+                raise Invalid("the name f is already used for something else")
+            spots.append(token.start)
+        if token.type not in (tokenize.NL, tokenize.COMMENT):
+            previous = token
+    for row, col in reversed(spots):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + "f" + line[col + len(name):]
+    return "".join(lines)
+
+
+# what a child evaluates an input that is not a literal with, in place of f: (args, kwargs)
+PACK = "(lambda *args, **kwargs: (args, kwargs))"
+
+
+def arguments(inputs):
+    """Input text (an argument list, may span lines) -> (encoding, None): the plain-data encoding of
+    (args, kwargs) when every argument is a literal (read here by ast.literal_eval: nothing runs);
+    else (None, source): the screened text of an expression a child evaluates (with the program, f
+    included, in scope, as AZR allows `f(3) + f(33)`) to (args, kwargs). Either way f itself is
+    later called on decoded plain data, in validation and grading alike. Raises Invalid."""
+    _short_text(inputs, "input")
+    source = f"f(\n{inputs}\n)"
+    # parsed, not screened: a literal never runs, and what runs otherwise is the pack text
+    tree = parse(source, "eval")
+    call = tree.body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
+        raise Invalid("input is not an argument list")
+    try:
+        args = []
+        for node in call.args:
+            args.append(_literal_node(node))
+        kwargs = {}
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                raise ValueError("**kwargs")
+            kwargs[keyword.arg] = _literal_node(keyword.value)
+    except ValueError:
+        pack = PACK + source[1:]
+        screened(pack, "eval")
+        return None, pack
+    return plain((tuple(args), kwargs), "input"), None
+
+
+def answer_value(answer):
+    """A code_o answer (an expression) -> (encoding, None) for a literal (read here, nothing runs),
+    else (None, its screened source, evaluated by a child with the program's imports). Raises
+    Invalid."""
+    _short_text(answer, "answer")
+    source = f"(\n{answer}\n)"
+    tree = screened(source, "eval")
+    try:
+        return plain(_literal_node(tree.body), "answer"), None
+    except ValueError:
+        return None, source
+
+
+def _short_text(text, what):
+    """Raise Invalid unless `text` is a non-blank str of at most MAX_INPUT chars."""
+    if not isinstance(text, str) or not text.strip():
+        raise Invalid(f"empty {what}")
+    if len(text) > MAX_INPUT:
+        raise Invalid(f"{what} longer than {MAX_INPUT} chars")
+
+
+def _literal_node(node):
+    """The value of a literal's AST node (ast.literal_eval: builds, runs nothing); ValueError for
+    anything else (names, calls, operators but the unary and complex ones, *args)."""
+    try:
+        return quiet(ast.literal_eval, node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+        raise ValueError(f"not a literal ({type(e).__name__})") from None
+
+
+def plain(value, what):
+    """A value read here -> its encoding as plain data (what a child's JSON line parses to). Raises
+    Invalid when it cannot be encoded (too large, too deep)."""
+    parts = []
+    try:
+        encode(value, parts, [MAX_UNITS])
+    except (ValueError, RecursionError) as e:
+        raise Invalid(f"{what}: {e}") from None
+    return json.loads("".join(parts))

@@ -1,0 +1,759 @@
+"""A zygote and its children (sandbox.py's design): the process the pool starts, which puts up
+its walls once (isolation.py), then forks a child per job. Split from sandbox.py (the pool in the
+calling process) because it is the other side of the pipe: run as a script, it never imports the
+pool, and what it keeps in memory every child inherits.
+
+  python zygote.py --worker N HOMES UID_BASE PROGRAMS KIND [SITE ...]   (started by sandbox._start)
+
+The child side (_child, _evaluate, _audit) runs model and benchmark code; everything it needs is
+bound here before layer 3 disables os functions for user code.
+"""
+import ctypes
+import gc
+import io
+import json
+import marshal
+import mmap
+import os
+import re
+import resource
+import select
+import signal
+import sys
+import time
+from importlib.machinery import PathFinder
+# bound before layer 3 disables them for user code
+from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
+                kill as _kill_pid, mkdir as _mkdir, pipe as _pipe, read as _read, readv as _readv,
+                rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4,
+                write as _write)
+
+# the walls (set-up only) and the value encoding both sides use; the zygote drops both from
+# sys.modules (see _zygote_main)
+import isolation
+from encoding import MAX_UNITS, decode, encode, escape
+
+MEMORY_MB = 1024            # default RLIMIT_AS of a child
+STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
+ERROR_CAP = 1000            # chars of a child's error message kept
+# bytes of a child's result line (JSON escapes grow text 6x)
+RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
+# bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
+HEADER = 32
+# the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
+# widened to the pure computing modules of the standard library), loaded in every zygote: a
+# validation or grading child may import nothing else (_audit)
+ALLOWED_MODULES = ("collections collections.abc itertools functools operator math cmath "
+                   "statistics fractions decimal numbers heapq bisect array copy string re "
+                   "textwrap unicodedata typing enum json json.decoder json.encoder json.scanner "
+                   "queue abc struct base64 binascii zlib difflib graphlib keyword").split()
+GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames replace truncate "
+               "chmod fchmod lchmod chown fchown lchown chroot fork forkpty setuid setgid setsid "
+               "setpgid fchdir chdir execv execve execl execle execlp execlpe execvp execvpe "
+               "spawnv spawnve spawnvp spawnvpe spawnl spawnle spawnlp spawnlpe popen posix_spawn "
+               "posix_spawnp link symlink mkfifo mknod",
+         "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
+         "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
+         "socket": "socket create_connection create_server socketpair fromfd"}
+
+# ---------------------------------------------------------------------- child side (runs user code)
+
+def describe(e):
+    """An exception -> "Type: message", at most 300 chars (+ "..."); "Type" alone when the message
+    is empty or fails to print (user code's exception classes)."""
+    text = type(e).__name__
+    try:
+        if str(e):
+            text = f"{type(e).__name__}: {e}"
+    except BaseException:
+        text = type(e).__name__
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return text
+
+
+class _Capped(io.BytesIO):
+    """stdout/stderr sink that keeps the first `cap` bytes and drops the rest (huge outputs)."""
+    cap = STDOUT_CAP
+
+    def write(self, b):
+        room = self.cap - self.tell()
+        if room > 0:
+            super().write(bytes(b[:room]))
+        return len(b)
+
+
+def _evaluate(job, exec_=exec, eval_=eval):
+    """The job proper, on code objects the parent compiled -> the JSON text of each value's
+    encoding, in order: each expression of job["calls"], then f on each argument list of
+    job["args"]. The job holds no gold: the parent compares. Order: every argument list decoded
+    (encodings of (args, kwargs), as plain data) before any user code runs; the program
+    (job["code"]) in a namespace of its own; the calls evaluated there; f called from here, not
+    from an expression in its namespace, so validation and grading call it alike: same globals,
+    same call, arguments built the same way (decoded from plain data)."""
+    arguments = []
+    for encoding in job.get("args", ()):
+        arguments.append(decode(encoding))
+    if job.get("audit"):
+        _watch(job)
+    ns = {"__name__": "__main__"}
+    exec_(job["code"], ns)
+    values = []
+    for call in job.get("calls", ()):
+        values.append(_encoded(eval_(call, ns)))
+    if arguments:
+        f = ns["f"]
+        for args, kwargs in arguments:
+            values.append(_encoded(f(*args, **kwargs)))
+    return values
+
+
+# Layer 3 for model programs (validation and grading jobs: job["audit"], run by model zygotes),
+# from just before the program runs: an audit hook (sys.addaudithook: Python code cannot remove
+# one) that lets through only what computing needs, over a sys.modules holding only the allowed
+# modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
+# is an import the hook sees and refuses.
+# Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
+_AUDIT_PASS = {"builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"}
+_AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases__",
+                   "__defaults__", "__kwdefaults__"}
+# the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
+_NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
+# whether the hook is armed (in a child, from just before the program runs), the job's own code
+# objects, and whether the next exec is of a compile allowed just before
+_audit_state = {"armed": False, "ours": (), "granted": False}
+
+
+def _watch(job):
+    """Arm layer 3 in a validation or grading child (see _audit; its zygote installed the hook,
+    disarmed, and kept only the allowed modules in sys.modules: _models_only)."""
+    _audit_state["ours"] = (job["code"], *job.get("calls", ()))
+    _audit_state["armed"] = True
+
+
+def _audit(event, args):
+    """The audit hook of layer 3: returns for what computing needs, raises for the rest (an import
+    of a module not allowed, open, compile, exec of code that is not the job's, a code object or
+    function made, a frame, a restricted attribute read such as gi_frame or __code__, os / ctypes /
+    socket / marshal / gc / ... events). sys._getframe raises ValueError, which typing, enum and
+    namedtuple catch."""
+    if not _audit_state["armed"] or event in _AUDIT_PASS:
+        return
+    if event == "exec":
+        # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
+        for code in _audit_state["ours"]:
+            if args[0] is code:
+                return
+        if _audit_state["granted"]:
+            _audit_state["granted"] = False
+            return
+    elif event == "compile":
+        # eval hands the hook its text as UTF-8 bytes
+        source = args[0]
+        if type(source) is bytes:
+            source = source.decode("utf-8", "replace")
+        if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
+            _audit_state["granted"] = True
+            return
+    # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
+    # function's __code__ nor an object's __class__
+    elif event in ("object.__setattr__", "object.__delattr__"):
+        if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
+            return
+    elif event == "sys._getframe":
+        raise ValueError("no frames in the sandbox")
+    raise RuntimeError(f"not allowed in the sandbox: {event}")
+
+
+def _encoded(value):
+    """A value -> the JSON text of its canonical encoding (ValueError if it is not plain data)."""
+    parts = []
+    encode(value, parts, [MAX_UNITS])
+    return "".join(parts)
+
+
+def _outcome(job):
+    """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
+    JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
+    copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
+    nothing in it (see _parse_answer)."""
+    values, error = None, ""
+    try:
+        values = _evaluate(job)
+    # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
+    except BaseException as e:
+        error = describe(e)
+    try:
+        _out.flush()
+        stdout = _out.buffer.getvalue().decode("utf-8", "replace")
+    except BaseException:
+        stdout = ""
+    if values is None:
+        line = '{"ok": false, "error": %s, "stdout": %s, "values": null}\n'
+        return line % (escape(error), escape(stdout))
+    line = '{"ok": true, "error": "", "stdout": %s, "values": [%s]}\n'
+    return line % (escape(stdout), ", ".join(values))
+
+
+def _guard():
+    """Layer 3 (after HumanEval's reliability_guard): defence in depth behind layer 1."""
+    for module, names in GUARD.items():
+        for name in set(names.split()) & set(dir(sys.modules.get(module))):
+            setattr(sys.modules[module], name, None)
+
+
+class _GuardHook:
+    """Layer 3 for GUARD modules zygotes do not load (banned in screened code; each page costs
+    every fork)."""
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in GUARD:
+            return None
+        spec = PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                _guard()
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def _child(settings, requests, wfd, limits, uid):
+    """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
+    job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
+    while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
+    passes through the zygote, of which every later child is a copy; acknowledge it (a byte of a
+    page shared with the zygote: the pipe is in step), finish the lock-down, run, write one JSON line
+    to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
+    user code); user code starts after every limit."""
+    try:
+        if uid:
+            # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
+            _setuid(uid)
+        # no capability left: a child that stays root (no uid drop) or holds a user namespace's
+        # cannot raise its limits, override file modes or trace its zygote
+        elif _capset(_caps[0], _caps[1]) != 0:
+            raise OSError("capset refused")
+        payload = _take(requests, settings["length"])
+        _closerange(3, wfd)
+        _closerange(wfd + 1, 1 << 16)
+        if len(payload) != settings["length"]:
+            raise OSError("the job was cut short")
+        _acknowledged[0] = 1
+        job = marshal.loads(payload)
+        del payload
+        if job.get("stdin"):
+            _stdin(job["stdin"])
+        for kind, value in limits:
+            resource.setrlimit(kind, value)
+        # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program)
+        if _signal_filter is not None and _libc.prctl(22, 2, _signal_filter, 0, 0) != 0:
+            raise OSError("seccomp filter refused")
+        line = _outcome(job)
+    except BaseException as e:
+        error = escape("sandbox set-up failed: " + describe(e))
+        line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
+    try:
+        _write_all(wfd, line.encode())
+    except BaseException:
+        pass
+    _exit(0)
+
+
+def _stdin(text):
+    """fd 0 := a memory file holding `text` (a job's stdin; the zygote's fd 0 is /dev/null)."""
+    fd = os.memfd_create("stdin")
+    _write_all(fd, text.encode("utf-8", "surrogateescape"))
+    os.lseek(fd, 0, 0)
+    _dup2(fd, 0)
+    _close(fd)
+
+
+# -------------------------------------------------------------------------------------- zygote side
+
+# a page shared with each child (_serve), and what it is reset to
+_acknowledged = None
+_ZERO_PAGE = bytes(mmap.PAGESIZE)
+# the zygote's state, set in the zygote: libc's functions (resolved there: children must not
+# dlopen after fork), /dev/null's fd, capset's arguments, the Landlock ruleset and the per-child
+# seccomp filter
+_libc = _pyfork = _null = _capset = _caps = None
+_landlock = _signal_filter = None
+# the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
+_out = None
+# seccomp programs kept alive (_seccomp_load); the scratch folders' times at the last clean
+_bpf, _scratch_times = [], []
+# what isolation.py made: the folders hidden, the private tmpfs folders, the interpreter's
+# folders put back inside one (the clean-up spares them)
+_hidden, _scratch, _kept = (isolation.made[key] for key in ("hidden", "scratch", "kept"))
+# the folder the children's cwds are made in, with its identity (_identity)
+_jobs, _jobs_identity = "", None
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+
+def _seccomp_load(program):
+    """Enter a BPF program (hex) as a seccomp filter: seccomp(SECCOMP_SET_MODE_FILTER). No binding
+    does it from bytes; the zygote's one call. Returns the sock_fprog address, kept alive, for a
+    child's later call."""
+    code = bytes.fromhex(program)
+    _bpf.append(_SockFprog(len(code) // 8, code))
+    return ctypes.addressof(_bpf[-1])
+
+
+def _zygote_main(number, homes, uid_base, programs, kind="model"):
+    """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
+    layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
+    job until EOF. `programs`: seccomp_programs() of the parent."""
+    global _landlock
+    programs = {"zygote": "", "signals": "", "why": "no BPF given", **programs}
+    # set by the parent so children never resolve symbols (GOT writes); not for user code to see
+    os.environ.pop("LD_BIND_NOW", None)
+    _load_libc()
+    repo = os.path.dirname(os.path.realpath(__file__))
+    # before the mount namespace can hide the folder it is in
+    try:
+        import landlock
+        import landlock.plumbing
+    except ImportError as e:
+        landlock = e
+    layers = isolation.namespaces(repo, homes)
+    uid = _uid_drop(layers, uid_base + number % 100_000)
+    # inherited by every child
+    for limit, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
+    base, jobs = _jobs_folder(layers)
+    for name in ALLOWED_MODULES:
+        __import__(name)
+    # user code must not import the repo's modules: not from the folder, and not encoding.py, loaded
+    # (this module keeps the functions it took from it)
+    if sys.path and sys.path[0] == repo:
+        del sys.path[0]
+    sys.modules.pop("encoding", None)
+    sys.modules.pop("isolation", None)
+    readable = isolation.readable(repo)
+    _landlock, why = isolation.landlock_setup(landlock, readable, [jobs] + _scratch)
+    # unknown: the first clean lists them
+    _scratch_times.extend([(0, 0)] * len(_scratch))
+    layers["landlock"] = [_landlock is not None, why]
+    _seccomp_layers(layers, programs, uid)
+    hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
+             "hash_seed": os.environ.get("PYTHONHASHSEED")}
+    requests, replies = _private_stdio()
+    # PR_SET_NO_NEW_PRIVS, inherited: no exec can gain privileges
+    _libc.prctl(38, 1, 0, 0, 0)
+    # layer 3, once here: every child inherits disabled functions
+    _guard()
+    sys.meta_path.insert(0, _GuardHook)
+    _warm_up()
+    hello["modules"] = len(sys.modules)
+    if kind == "model":
+        _models_only()
+        hello["modules"] = len(sys.modules)
+    # keep the collector off the zygote's pages in children
+    gc.freeze()
+    # the zygote enters the domain itself: children inherit it, free
+    if _landlock is not None:
+        ctypes.set_errno(0)
+        isolation.made["restrict"](_landlock, 0)
+        os.close(_landlock)
+    # seccomp(SECCOMP_SET_MODE_FILTER, 0, program)
+    # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program): the same on every architecture
+    if programs["zygote"] and _libc.prctl(22, 2, _seccomp_load(programs["zygote"]), 0, 0) != 0:
+        raise OSError("seccomp filter refused")
+    _write_all(replies, (json.dumps(hello) + "\n").encode())
+    _serve(requests, replies, jobs, uid)
+
+
+# codecs a model program may name (str.encode looks them up by importing encodings.<name>):
+# looked up once in a model zygote, whose children may import nothing
+CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
+          "utf-32-le", "utf-32-be", "cp1252", "cp437", "unicode_escape", "raw_unicode_escape",
+          "utf-7", "idna", "punycode", "rot13", "hex", "base64")
+
+
+def _models_only():
+    """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
+    codecs' and warnings (children import nothing: _audit refuses it), so that os, sys, ctypes,
+    builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
+    here, disarmed, its code made ready (quickened) here rather than written in every child."""
+    import codecs
+    for name in CODECS:
+        codecs.lookup(name)
+    keep = set()
+    for name in ALLOWED_MODULES:
+        keep.add(name.split(".")[0])
+    for name in list(sys.modules):
+        top = name.split(".")[0]
+        if top.lstrip("_") in keep or top in ("encodings", "codecs", "_codecs", "warnings"):
+            continue
+        del sys.modules[name]
+    code = compile("0", "<w>", "eval")
+    _audit_state.update(armed=True, ours=(code,))
+    for _ in range(9):
+        _audit("builtins.id", (0,))
+        _audit("exec", (code,))
+    _audit_state.update(armed=False, ours=())
+    # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
+    sys.addaudithook(_audit)
+
+
+def _load_libc():
+    """libc's functions the zygote calls through ctypes, resolved before any fork (children must not
+    dlopen)."""
+    global _libc, _pyfork, _capset, _caps
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _pyfork = ctypes.PyDLL(None).fork
+    _libc.prctl.argtypes = (ctypes.c_int,) + (ctypes.c_ulong,) * 4
+    # capset's arguments, made here: _LINUX_CAPABILITY_VERSION_3 for this process, every set empty
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    _caps = (header, (ctypes.c_uint32 * 6)())
+    # resolved and its call path run here (capget, harmless): done in each child, they cost ~80
+    # copy-on-write faults, a quarter of a child's
+    _capset = _libc.capset
+    for _ in range(3):
+        _libc.capget(header, (ctypes.c_uint32 * 6)())
+
+
+def _uid_drop(layers, uid):
+    """As root: children will run as `uid` (this pool's range) if it can read the interpreter's
+    files; the zygote takes the children's gid and no groups now. Reports layers["uid_drop"]. ->
+    the children's uid, 0 for none."""
+    if os.geteuid() != 0:
+        layers["uid_drop"] = [False, "not root: children keep the user's uid (RLIMIT_NPROC = 0 "
+                                     "still binds)"]
+    elif not isolation.uid_works(uid):
+        layers["uid_drop"] = [False, f"uid {uid} cannot read the interpreter's files"]
+    else:
+        layers["uid_drop"] = [True, "children run as a uid of this pool's random range"]
+    if not layers["uid_drop"][0]:
+        return 0
+    # still root (euid 0) but with the children's gid and no groups
+    os.setgroups(())
+    os.setgid(uid)
+    # root is exempt (it still forks), the children's uid not
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    return uid
+
+
+def _jobs_folder(layers):
+    """The folder the children's cwds are made in: /tmp/jobs with the mount namespace (a private
+    tmpfs), else a fresh folder under the system's temporary folder -> (base, jobs folder)."""
+    global _jobs, _jobs_identity
+    if "/tmp" in _scratch:
+        base = "/tmp"
+    elif _scratch:
+        base = _scratch[0]
+    else:
+        import tempfile
+        # a tmpfs if there is one: a child can make ~10^5 entries in its time, and removing them
+        # from a disk filesystem can take minutes (ext4 with discard: ~3 ms an entry)
+        where = None
+        if isolation.is_tmpfs("/dev/shm"):
+            where = "/dev/shm"
+        base = tempfile.mkdtemp(prefix="populora-sandbox-", dir=where)
+    # like /tmp (which it is, with the mount namespace)
+    os.chmod(base, 0o1777)
+    # the zygote's: children reach their own cwd in here, make no name
+    jobs = base + "/jobs"
+    os.mkdir(jobs, 0o711)
+    _jobs, _jobs_identity = jobs, _identity(jobs)
+    # tempfile in a child: its own cwd
+    os.environ["TMPDIR"] = "."
+    os.umask(0)
+    return base, jobs
+
+
+def _seccomp_layers(layers, programs, uid):
+    """Reports layers "seccomp", "seccomp_signals" and "no_fork"; loads the per-child signal filter
+    where children keep our uid and no PID namespace hides other processes, or stay root."""
+    global _signal_filter
+    signals = not layers["uid_drop"][0] and (not layers["pid_namespace"][0] or os.geteuid() == 0)
+    layers["seccomp"] = [bool(programs["zygote"]), programs["why"]]
+    layers["seccomp_signals"] = [bool(programs["zygote"]), "children cannot signal other processes "
+                                 "(uid drop or PID namespace)"]
+    if signals and programs["zygote"]:
+        layers["seccomp_signals"][1] = "a second filter per child denies signals and fork (~0.2 ms)"
+        _signal_filter = _seccomp_load(programs["signals"])
+    layers["no_fork"] = [True, "RLIMIT_NPROC = 0 binds: the children are not root"]
+    if uid == 0 and os.geteuid() == 0:
+        layers["pid_namespace"][1] = "not made as root (children that stay root: no signals)"
+        how = "they can fork"
+        if _signal_filter is not None:
+            how = "seccomp denies fork"
+        how = f"children stay root (NPROC does not bind): {how}"
+        layers["no_fork"] = [_signal_filter is not None, how]
+
+
+def _private_stdio():
+    """The protocol moves to private fds -> (requests fd, replies fd). Children inherit fd 0 (their
+    job's stdin), capped sys.stdout/err, fds 1/2 /dev/null."""
+    global _null, _out
+    requests, replies = os.dup(0), os.dup(1)
+    # kept: a job's stdin file is swapped back for it after the job
+    _null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(_null, fd)
+    stdin = io.BufferedReader(io.FileIO(0, "r", closefd=False))
+    sys.stdin = io.TextIOWrapper(stdin, encoding="utf-8", errors="replace")
+    text = {"encoding": "utf-8", "errors": "backslashreplace", "write_through": True}
+    _out = io.TextIOWrapper(_Capped(), **text)
+    sys.stdout = _out
+    sys.stderr = io.TextIOWrapper(_Capped(), **text)
+    return requests, replies
+
+
+def _warm_up():
+    """A fixed job of ours quickens the child-side code here, not in every child (~10 fewer
+    copy-on-write faults per child)."""
+    arguments = ["tuple", [["tuple", [["list", [["int", "1"], ["str", "a"]]]]], ["dict", []]]]
+    warm = {"code": compile("def f(*x):\n    return list(x)", "<w>", "exec"),
+            "calls": [compile("f(2.5, (1,))", "<w>", "eval")], "args": [arguments]}
+    for _ in range(18):
+        _outcome(warm)
+
+
+def _serve(requests, replies, jobs, uid):
+    """The zygote's loop: read a job's settings (HEADER bytes: the payload's length, the time and
+    memory limits, the stdout cap; numbers only), fork its child (which reads the payload itself),
+    send back the header and the child's line; until EOF (shutdown, or the parent died) or a failed
+    clean-up (the parent replaces a zygote that retires)."""
+    # every child's line passes through this buffer; an anonymous mapping the children do not
+    # inherit, whose pages are given back (zeroed) after each job: no later child can find an
+    # earlier one's result
+    result = mmap.mmap(-1, RESULT_CAP, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    result.madvise(mmap.MADV_DONTFORK)
+    view = memoryview(result)
+    # a child's acknowledgement that it read its whole job: one page shared with it, zeroed after
+    # every job (a child may write all of it; the next one finds zeros)
+    global _acknowledged
+    _acknowledged = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    while True:
+        header = _take(requests, HEADER)
+        if not header:
+            return
+        numbers = [int.from_bytes(header[k:k + 8], "little") for k in range(0, HEADER, 8)]
+        settings = dict(zip(("length", "timeout_ms", "memory_mb", "stdout_cap"), numbers))
+        # unguessable: no child can prepare the next one's
+        workdir = f"{jobs}/{os.urandom(8).hex()}"
+        header, size, retire = _job(settings, requests, workdir, uid, view)
+        _write_all(replies, header)
+        _write_all(replies, view[:size])
+        result.madvise(mmap.MADV_DONTNEED, 0, size)
+        if retire:
+            return
+
+
+def _job(settings, requests, workdir, uid, view):
+    """Fork a child for one job in a fresh cwd, made here and given to the child's uid; the child
+    reads the job from `requests`. Wait for its acknowledgement, result line and exit within the
+    deadline, kill it, clean up. Reads the child's line into `view` -> (header
+    b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where the line is
+    the child's or one of ours,
+    and retire says the clean-up failed or the request pipe may be out of step (no
+    acknowledgement in the shared page)."""
+    timeout = settings["timeout_ms"] / 1000
+    cap = min(settings["stdout_cap"], STDOUT_CAP)
+    _out.buffer.cap = cap
+    limits = _limits(settings["memory_mb"], timeout, uid)
+    # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
+    # reachable by its own child only: the jobs folder is ours, 0711, and the name random
+    mode = 0o700
+    if uid:
+        mode = 0o777
+    _mkdir(workdir, mode)
+    _chdir(workdir)
+    r, w = _pipe()
+    if isolation.made["last_pid"] is not None:
+        fd, top = isolation.made["last_pid"]
+        try:
+            os.pwrite(fd, b"%d" % (int.from_bytes(os.urandom(4), "little") % top), 0)
+        except OSError:
+            pass
+    start, forked_ns = time.monotonic(), time.time_ns()
+    # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
+    # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
+    # one thread
+    pid = _pyfork()
+    if pid < 0:
+        raise OSError("fork failed")
+    if pid == 0:
+        _close(r)
+        _child(settings, requests, w, limits, uid)
+    _close(w)
+    # JSON escapes grow text 6x (\uXXXX)
+    limit = min(cap * 6 + (1 << 20), len(view))
+    size, error = _read_line(r, view, limit, start + timeout)
+    wall = time.monotonic() - start
+    # not reaped yet, so it exists; it cannot have made processes
+    _kill_pid(pid, signal.SIGKILL)
+    _, status, usage = _wait4(pid, 0)
+    _close(r)
+    _chdir("/")
+    # no acknowledgement: the child may have left part of its job in the pipe
+    in_step = _acknowledged[0] == 1
+    _acknowledged[:] = _ZERO_PAGE
+    retire = not in_step or not _clean(workdir, forked_ns)
+    cpu = usage.ru_utime + usage.ru_stime
+    header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
+    one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
+    if in_step and not error and one_line:
+        # exactly one line, the child's (the parent checks it all)
+        return header, size, retire
+    if not error:
+        error = _no_result(status, size)
+    line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
+    view[:len(line)] = line
+    return header, len(line), retire
+
+
+def _limits(memory_mb, timeout, uid):
+    """Layer 2: the rlimits a child sets on itself -> [(resource, (soft, hard))]."""
+    memory = memory_mb << 20
+    limits = [(resource.RLIMIT_AS, (memory, memory)),
+              (resource.RLIMIT_CPU, (int(timeout) + 2, int(timeout) + 2)),
+              (resource.RLIMIT_FSIZE, (0, 0))]
+    # without a uid drop, each child sets NPROC = 0
+    if not uid:
+        limits.append((resource.RLIMIT_NPROC, (0, 0)))
+    return limits
+
+
+def _read_line(fd, view, limit, deadline):
+    """Read what the child writes to `fd` (one line, then it exits) into `view`, up to EOF, `limit`
+    bytes or the deadline -> (size, error: "" or why the read stopped early)."""
+    size = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], (), (), left)[0]:
+            return size, "timeout"
+        if size >= limit:
+            return size, "result too large"
+        got = _readv(fd, [view[size:limit]])
+        size += got
+        if not got:
+            return size, ""
+
+
+def _no_result(status, size):
+    """Why a child that was not stopped gave no one-line result: its exit status (from wait4) and
+    the bytes it wrote."""
+    code = os.waitstatus_to_exitcode(status)
+    if size:
+        return "malformed result"
+    if code < 0 and -code != signal.SIGKILL:
+        return f"crashed ({signal.Signals(-code).name})"
+    return f"exited (code {code}) without a result"
+
+
+def _clean(workdir, forked_ns):
+    """After each job: the jobs folder emptied (the child's cwd and anything it left there) and
+    still the folder we made (a child of our uid could rename it); with the mount namespace,
+    everything a child left in the private tmpfs folders (/tmp, /var/tmp, /dev/shm, /run/lock)
+    removed, but for the jobs folder and the interpreter's folders where they were put back in one:
+    each run starts on empty ones, whatever the one before did (filled the inodes, planted files).
+    A folder whose times did not change since the last clean, which was over 20 ms before the child
+    was forked (`forked_ns`, wall clock: folder times are coarse, a few ms), holds nothing new: one
+    stat instead of a listing (seccomp denies utime; not where kept folders lie beneath). False
+    when the clean-up fails (a zygote that cannot clean up is replaced before its next job)."""
+    try:
+        if not _empty(_jobs, ()) or _identity(_jobs) != _jobs_identity:
+            return False
+        spare = set(_kept)
+        spare.add(_jobs)
+        for n, folder in enumerate(_scratch):
+            seen = os.stat(folder)
+            times = (seen.st_mtime_ns, seen.st_ctime_ns)
+            quiet = times == _scratch_times[n] and max(times) < forked_ns - 20_000_000
+            if quiet and not _inside_any(_kept, folder):
+                continue
+            if not _empty(folder, spare):
+                return False
+            seen = os.stat(folder)
+            _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
+        return True
+    except (OSError, RecursionError):
+        return False
+
+
+def _identity(path):
+    """(device, inode, mode, owner) of `path`, not following a link."""
+    seen = os.lstat(path)
+    return seen.st_dev, seen.st_ino, seen.st_mode, seen.st_uid
+
+
+def _inside_any(paths, folder):
+    """Does any of `paths` lie beneath `folder`?"""
+    for path in paths:
+        if path.startswith(folder + "/"):
+            return True
+    return False
+
+
+def _empty(folder, spare):
+    """Remove everything in `folder` but the paths in `spare` (the jobs folder, the kept folders:
+    mount points) and the folders on the way to them, which are emptied the same way. -> whether
+    only those are left."""
+    for entry in os.scandir(folder):
+        if entry.path in spare:
+            continue
+        if _inside_any(spare, entry.path) and entry.is_dir(follow_symlinks=False):
+            if not _empty(entry.path, spare):
+                return False
+            continue
+        _rmtree(entry.path)
+    # nothing writes here now (the child is gone); what could not be removed raised already, so
+    # only a folder with spared paths, where a mount point refuses, is listed again
+    if not spare:
+        return True
+    for entry in os.scandir(folder):
+        if entry.path not in spare and not _inside_any(spare, entry.path):
+            return False
+    return True
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[_write(fd, data):]
+
+
+def _take(fd, n):
+    """Exactly n bytes (b"" at EOF), unbuffered: a child must not inherit the bytes of the job
+    queued behind it."""
+    data = b""
+    while len(data) < n:
+        chunk = _read(fd, n - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def _rmtree(path):
+    """shutil.rmtree without the functions the guard disabled (the common case is an empty dir). Not
+    for unbounded depth: a child's chain of folders deep enough to fail here retires its zygote."""
+    try:
+        _rmdir(path)
+    except NotADirectoryError:
+        _unlink(path)
+    except OSError:
+        for entry in os.scandir(path):
+            if entry.is_dir(follow_symlinks=False):
+                _rmtree(entry.path)
+            else:
+                _unlink(entry.path)
+        _rmdir(path)
+
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    # site-packages without running .pth files (-S: ~4 MB less to fork)
+    sys.path += sys.argv[7:]
+    _zygote_main(int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]),
+                 json.loads(sys.argv[5]), sys.argv[6])
+
