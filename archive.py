@@ -118,10 +118,10 @@ def add_problems(archive, task, problems, cap):
     del archive[task][:max(0, len(archive[task]) - cap)]
 
 
-def pick_recent(problems, step, need, rng):
+def pick_recent(problems, step, need, rng, context=None):
     """Indices of `need` top-up problems, like AZR's `max_new` mix: those added at the previous step
     first (the seeds count as that at step 0), then uniform draws over everything older than this
-    step."""
+    step. (`context`: what a sampler of train.TOPUPS may prepare per step; this one needs none.)"""
     older = [i for i, p in enumerate(problems) if p["step"] < step]
     if not older:
         return []

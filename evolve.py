@@ -770,7 +770,7 @@ def _names(text, table, key):
 
 def replacement_step(members, adapters, cfg, generator, step, next_id):
     """One evolution event (design §7). Within each role of size >= 2, rank by cfg["selection"]
-    (ratings.selection_score, through ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never
+    (ratings.score, through ranked_roles) and replace the bottom ⌈evolve_frac·n⌉ (never
     the best; n_culled). Each child: with probability crossover_prob a crossover of two distinct
     parents from the top ⌈n/2⌉ (fitter first), else a mutation of one; the operator is drawn
     uniformly from the enabled list (both lists empty: copy_parent). Parents are read from
@@ -782,9 +782,8 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
     (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
     "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else
-    None: the caller copies the per-module optimizer state from these), "mu", "sigma"
-    (ratings.child: the parents' mean μ; the parents' mean σ, or under "conservative" a fresh σ),
-    "fallback", "info"}."""
+    None: the caller copies the per-module optimizer state from these), "rating" (ratings.child
+    of the parents' ratings under the selection rule), "fallback", "info"}."""
     frac = float(cfg.get("evolve_frac", 0.25))
     p_cross = float(cfg.get("crossover_prob", 0.5))
     if not 0 < frac <= 1 or not 0 <= p_cross <= 1:
@@ -794,8 +793,6 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
     selection = cfg.get("selection", "inherit")
     by_role = ranked_roles(members, selection)
-    # a new member's rating uncertainty: weighted_multi's fitness unit
-    unit = ratings.initial()["sigma"]
     children = []
     for ranked in by_role.values():
         n = len(ranked)
@@ -806,12 +803,12 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
             parents, op, kind = _choose(top, mutations, crossovers, p_cross, generator)
             hp = {}
             if op == "weighted_multi":
-                # [ours] fitness in units of a new member's sigma: T = 1 then tilts mildly, not a
-                # copy
-                hp["fitness"] = [ratings.selection_score(p, selection) / unit for p in parents]
+                # [ours] fitness in units of a new member's rating uncertainty: T = 1 then tilts
+                # mildly, not a copy
+                hp["fitness"] = [ratings.fitness(p["rating"], selection) for p in parents]
             parent_adapters = [adapters[p["name"]] for p in parents]
             child, info = apply_operator(op, kind, parent_adapters, generator, **hp)
-            rating = ratings.child(parents, selection)
+            rating = ratings.child([p["rating"] for p in parents], selection)
             children.append(_child_record(loser, next_id, parents, op, kind, step, child, info,
                                           rating))
             next_id += 1
@@ -819,14 +816,14 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
 
 
 def ranked_roles(members, selection):
-    """{role: that role's members, best first by ratings.selection_score}; roles in the order they
+    """{role: that role's members, best first by ratings.score}; roles in the order they
     first appear. sorted is stable, so ties keep the members' order."""
     if selection not in ratings.SELECTIONS:
         raise ValueError(f"selection {selection!r}: expected one of {list(ratings.SELECTIONS)}")
     ranked = {}
     for role in dict.fromkeys(m["role"] for m in members):
         same_role = [m for m in members if m["role"] == role]
-        ranked[role] = sorted(same_role, key=lambda m: -ratings.selection_score(m, selection))
+        ranked[role] = sorted(same_role, key=lambda m: -ratings.score(m["rating"], selection))
     return ranked
 
 
@@ -855,8 +852,7 @@ def _child_record(loser, child_id, parents, op, kind, step, child, info, rating)
         "adapter": child,
         "copy_optimizer_from": copy_optimizer_from,
         "optimizer_donors": donors,
-        "mu": rating["mu"],
-        "sigma": rating["sigma"],
+        "rating": rating,
         "fallback": info["fallback"],
         "info": info,
     }

@@ -10,6 +10,7 @@ import subprocess
 import time
 
 import archive
+import ratings
 import verify
 
 
@@ -65,6 +66,13 @@ def student_metrics(prefix, attempts):
     return row
 
 
+def logged_rating(row, name):
+    """A member's rating as step_metrics logged it ({field: value} of rating/<name>/<field>), for
+    ratings.band; {} if the row has none."""
+    prefix = f"rating/{name}/"
+    return {k[len(prefix):]: v for k, v in row.items() if k.startswith(prefix)}
+
+
 def step_metrics(step, members, proposals, attempts, matches, problems, stats, children):
     """The metrics.jsonl row of design §10: aggregate and per member; None = nothing this step.
     `problems` is the archive; `children` the evolution records of this step."""
@@ -78,8 +86,8 @@ def step_metrics(step, members, proposals, attempts, matches, problems, stats, c
             row.update(teacher_metrics(f"{name}/", [p for p in proposals if p["teacher"] == name]))
         if m["role"] in ("student", "both"):
             row.update(student_metrics(f"{name}/", [a for a in attempts if a["student"] == name]))
-        row[f"rating/{name}/mu"] = m["mu"]
-        row[f"rating/{name}/sigma"] = m["sigma"]
+        for field, value in ratings.flat(m["rating"]).items():
+            row[f"rating/{name}/{field}"] = value
         row[f"member/{name}/id"] = m["id"]
         row[f"loss/{name}"] = stats[name]["loss"]
         row[f"grad_norm/{name}"] = stats[name]["grad_norm"]

@@ -4,7 +4,8 @@ What is here, as plain functions over plain data:
 - loading the base (a Hugging Face id or a local folder; tinyworld.py builds the built-in tiny
   bases) with its tokenizer, every base parameter frozen;
 - members: peft LoRA adapters on ONE PeftModel (adapter name = member name), each described by a
-  dict {"name", "role", "id", "lora_id", "mu", "sigma", "lineage"}; get/set an adapter as a plain
+  dict {"name", "role", "id", "lora_id", "rating", "lineage"} (the rating: ratings.py's opaque
+  value); get/set an adapter as a plain
   state dict; `active(model, name)` for the one place the library's active-adapter state is used;
 - per-token log-probs of given completions under one member (the training forward), computed in
   chunks of completion tokens: memory grows with the chunk, not with batch x length x vocabulary;
@@ -111,9 +112,8 @@ def init_population(base, tokenizer, cfg, roles):
                 model = get_peft_model(base, _lora_config(cfg), adapter_name=name)
             else:
                 model.add_adapter(name, _lora_config(cfg))
-        member = {"name": name, "role": role, "id": i, "lora_id": i + 1}
-        member.update(ratings.initial())
-        member["lineage"] = []
+        member = {"name": name, "role": role, "id": i, "lora_id": i + 1,
+                  "rating": ratings.new(cfg["rating"]), "lineage": []}
         members.append(member)
     # Every member trains, so every LoRA parameter keeps requires_grad; peft only flips these flags
     # for the "active" adapter, and a flag turned off between forward and backward silently drops
@@ -526,7 +526,7 @@ def _read_archive(folder, expected_sizes):
 
 
 def load_checkpoint(folder, model, members, optimizers):
-    """Restore adapters, optimizer states, members (mu, sigma, lineage, ids: each dict updated in
+    """Restore adapters, optimizer states, members (rating, lineage, ids: each dict updated in
     place) and the global RNG states from save_checkpoint's folder.
 
     Every file is read and checked first; any problem raises ValueError naming the file and
@@ -547,7 +547,11 @@ def load_checkpoint(folder, model, members, optimizers):
     for name, optimizer in optimizers.items():
         optimizer.load_state_dict(optimizer_states[name])
     for member in members:
-        restored = saved[member["name"]]
+        restored = dict(saved[member["name"]])
+        if "rating" not in restored:
+            # a checkpoint from before ratings were opaque: TrueSkill's mu and sigma on the member
+            restored["rating"] = ratings.legacy(restored)
+            del restored["mu"], restored["sigma"]
         member.clear()
         member.update(restored)
     set_rng_state(full["rng"])

@@ -8,9 +8,9 @@ Figures (PNG, in OUT_DIR/report/ unless --out): rates (format and validity rate 
 rate of students and their solve rate on their matched teachers' problems per task type — the
 oscillation of figures 3 and 11 — and apart, on archive top-ups), difficulty (teacher difficulty =
 1 - solve rate of its valid problems, rewards), complexity (the four axes of the programs teachers
-wrote: valid code_i and code_o proposals), ratings (TrueSkill mu +- sigma per member, evolution
-events as dotted lines), matches (outcome shares per step, and each member's running win rate from
-its own side), archive (CVT coverage and size per task type), student_vs_teacher (each student's
+wrote: valid code_i and code_o proposals), ratings (each member's rating and its band, TrueSkill
+mu +- sigma; evolution events as dotted lines), matches (outcome shares per step, and each
+member's running win rate from its own side), archive (CVT coverage and size per task type), student_vs_teacher (each student's
 solve rate against each teacher, averaged over a few windows of steps), entropy (per member, the
 spread of figure 18), response_len (tokens per teacher and student response), problem_solve_rates
 (the newest checkpoint's archive: each attempted problem's solve rate, figure 8).
@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import logs  # noqa: E402
+import ratings  # noqa: E402
 from verify import TASKS  # noqa: E402
 
 AXES = ("ast_depth", "cyclomatic", "loc", "variables")
@@ -176,8 +177,8 @@ def draw_all(runs, out):
                           "means.")
 
     figure(os.path.join(out, "ratings.png"), 1, lambda ax: _draw_ratings(ax, runs), 6.5)
-    figs["ratings"] = ("TrueSkill rating of every member slot; evolution replaces a slot's adapter "
-                       "at the dotted steps.")
+    figs["ratings"] = ("The rating of every member slot (TrueSkill: mu +- sigma); evolution "
+                       "replaces a slot's adapter at the dotted steps.")
 
     figure(os.path.join(out, "matches.png"), 2, lambda ax: _draw_matches(ax, runs))
     figs["matches"] = ("Outcomes from both perspectives: students' wins, draws and teachers' wins; "
@@ -216,19 +217,29 @@ def draw_all(runs, out):
 
 
 def _draw_ratings(ax, runs):
-    """TrueSkill mu per member, a mu +- sigma band, evolution steps dotted."""
+    """Each member's rating and its band (ratings.band: TrueSkill mu +- sigma), evolution steps
+    dotted. Ratings of fields no system of ratings.py logs stop the report."""
     for style, run in zip(STYLES * 4, runs):
-        for colour, (key, (name,)) in enumerate(keys([run], r"rating/([^/]+)/mu")):
-            x, mu = series(run, key)
-            _, sd = series(run, f"rating/{name}/sigma")
-            ax[0].plot(x, mu, style, color=f"C{colour % 10}", label=tag(name, run, runs))
-            if len(sd) == len(mu):
-                low = [m - s for m, s in zip(mu, sd)]
-                high = [m + s for m, s in zip(mu, sd)]
-                ax[0].fill_between(x, low, high, color=f"C{colour % 10}", alpha=0.1)
+        names = dict.fromkeys(name for _, (name, _) in keys([run], r"rating/([^/]+)/([^/]+)"))
+        for colour, name in enumerate(names):
+            x, centre, low, high = [], [], [], []
+            for r in run["rows"]:
+                flat = logs.logged_rating(r, name)
+                if not flat:
+                    continue
+                band = ratings.band(flat)
+                if band is None:
+                    raise SystemExit(f"report: {run['name']} logs ratings {sorted(flat)} that no "
+                                     f"system of ratings.SYSTEMS {list(ratings.SYSTEMS)} logs")
+                x.append(r["step"])
+                centre.append(band[0])
+                low.append(band[1])
+                high.append(band[2])
+            ax[0].plot(x, centre, style, color=f"C{colour % 10}", label=tag(name, run, runs))
+            ax[0].fill_between(x, low, high, color=f"C{colour % 10}", alpha=0.1)
         for step in evolution_steps(run):
             ax[0].axvline(step, color="grey", linestyle=":", linewidth=0.8)
-    ax[0].set_title("TrueSkill mu +- sigma per member (dotted: evolution)", fontsize=9)
+    ax[0].set_title("rating per member, and its band (dotted: evolution)", fontsize=9)
     ax[0].set_xlabel("step", fontsize=8)
     if ax[0].lines:
         ax[0].legend(fontsize=6)

@@ -111,14 +111,18 @@ config = dict(
     max_new_tokens=4096,            # tokens per response
     teacher_reward_unsolved=0.0,    # reward for a valid problem never solved (AZR code: -0.5)
     draw_margin=0.05,               # a solve rate within 0.5 +- margin is a draw (design §6)
-    # related systems (README "Variants"); the defaults are PopuLoRA's own
-    teacher_reward="populora",      # populora | opensir (novelty + learnable band) | soar (probes)
+    # The swap points (see SWAPS below: each key names an entry of its table; --help lists them).
+    # Related systems (README "Variants") are entries too; the defaults are PopuLoRA's own.
+    teacher_reward="populora",      # how a teacher is paid: a name of TEACHER_REWARDS
+    advantage="trr++",              # the advantage estimator: a name of ADVANTAGES
+    match_rule="margin",            # a match's outcome from its solve rate: a name of MATCH_RULES
+    rating="trueskill",             # the rating system: a name of ratings.SYSTEMS
     opensir_novelty_weight=0.5,     # OpenSIR: weight of novelty against the difficulty band term
     opensir_band_low=0.2,           # OpenSIR: solve rates in [low, high] are fully "learnable"
     opensir_band_high=0.8,          # OpenSIR: upper end of that band
     opensir_neighbours=4,           # OpenSIR: archive problems novelty is measured against
     soar_probe="",                  # SOAR: JSONL of hard probe problems (task + AZR seed fields)
-    topup="recent",                 # recent (AZR's mix) | leeps (explore/exploit over outcomes)
+    topup="recent",                 # the top-up sampler: a name of TOPUPS
     leeps_history=8,                # LEEPS: outcomes remembered per archive problem
     validate_timeout=5.0,           # seconds per sandboxed run
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
@@ -202,10 +206,11 @@ def config_help(path):
     return helps
 
 
-def parse_config(defaults, argv, description=None, source=__file__):
+def parse_config(defaults, argv, description=None, source=__file__, tables=None):
     """--key value / --key=value for every config key, typed like its default; a bool also as a
     bare --key, and a None default is an optional bool. Each flag's --help is the key's comment in
-    `source` (the file defining `defaults`) and its default. evaluate.py uses it for its config."""
+    `source` (the file defining `defaults`), the names of its table in `tables` (key -> table: the
+    swap points) and its default. evaluate.py uses it for its config."""
     if description is None:
         description = __doc__.strip().split("\n\n")[0]
     helps = config_help(source)
@@ -218,6 +223,8 @@ def parse_config(defaults, argv, description=None, source=__file__):
             kind = dict(type=type(value), metavar=type(value).__name__.upper())
         # argparse formats help with %: a literal one is written %%
         text = helps.get(key, "").replace("%", "%%")
+        if key in (tables or {}):
+            text = f"{text}: {' | '.join(tables[key])}"
         parser.add_argument(f"--{key}", default=value, help=f"{text} (default: {value!r})",
                             **kind)
     # unknown flags and bad values: argparse prints the reason and exits (2)
@@ -247,11 +254,8 @@ def check_config(cfg, roles):
                          "use bfloat16 (same memory, float32's range) or float32")
     if cfg["keep_checkpoints"] < 0:
         raise SystemExit(f"--keep_checkpoints {cfg['keep_checkpoints']}: must be >= 0 (0 = all)")
-    for key, allowed in (("engine", ("auto", "hf", "vllm")),
-                         ("dtype", ("", "float32", "bfloat16")),
-                         ("teacher_reward", ("populora", "opensir", "soar")),
-                         ("topup", ("recent", "leeps")),
-                         ("selection", ratings.SELECTIONS)):
+    choices = {"engine": ("auto", "hf", "vllm"), "dtype": ("", "float32", "bfloat16"), **SWAPS}
+    for key, allowed in choices.items():
         if cfg[key] not in allowed:
             raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
     if not 0 <= cfg["opensir_novelty_weight"] <= 1:
@@ -259,13 +263,9 @@ def check_config(cfg, roles):
         raise SystemExit(f"--opensir_novelty_weight {weight}: must be in [0, 1]")
     if not 0 < cfg["opensir_band_low"] <= cfg["opensir_band_high"] < 1:
         raise SystemExit("--opensir_band_low/--opensir_band_high: need 0 < low <= high < 1")
-    if cfg["teacher_reward"] == "soar":
-        if cfg["baseline"]:
-            raise SystemExit("--teacher_reward soar needs separate teachers and students "
-                             "(not --baseline)")
-        if not os.path.isfile(cfg["soar_probe"]):
-            raise SystemExit(f"--soar_probe {cfg['soar_probe']!r}: not a file (JSON lines of hard "
-                             "problems: task + AZR seed fields)")
+    for entry in (TEACHER_REWARDS[cfg["teacher_reward"]], TOPUPS[cfg["topup"]]):
+        if "check" in entry:
+            entry["check"](cfg)
     for name, path in init_adapter_paths(cfg["init_adapters"]).items():
         if not os.path.isfile(path):
             raise SystemExit(f"--init_adapters {name}={path}: no such file (a PEFT folder or its "
@@ -326,6 +326,13 @@ def check_resume(cfg, roles):
         saved = dict(saved["config"], roles=[m["role"] for m in saved["members"]])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"--resume {resume!r}: not a readable checkpoint folder ({e})")
+    # the ratings are the rating system's own values: another system cannot read them (a
+    # checkpoint from before --rating existed is TrueSkill's)
+    if saved.get("rating", "trueskill") != cfg["rating"]:
+        raise SystemExit(f"--resume {resume}: the checkpoint's ratings are "
+                         f"{saved.get('rating', 'trueskill')!r} ratings, this run has --rating "
+                         f"{cfg['rating']!r}; resume with --rating "
+                         f"{saved.get('rating', 'trueskill')}")
     for key, ours in [("roles", roles), ("model", cfg["model"]), ("lora_rank", cfg["lora_rank"]),
                       ("lora_targets", cfg["lora_targets"])]:
         if saved.get(key) != ours:
@@ -347,17 +354,18 @@ def student_reward(correct, well_formed):
     return -1.0
 
 
-def teacher_reward(valid, solve_rate, unsolved):
+def teacher_reward(proposal, cfg):
     """The proposer reward for one proposal (design §4.6, deviation 3): invalid or badly formatted
     -1; a valid problem its matched student solves at rate p pays 1 - p (the student's failure
-    rate, the paper's words) if 0 < p < 1, 0 if p = 1 (too easy) and `unsolved` if p = 0 (our
-    default 0 is AZR's learnability reward; AZR's code pays -0.5)."""
-    if not valid:
+    rate, the paper's words) if 0 < p < 1, 0 if p = 1 (too easy) and `teacher_reward_unsolved` if
+    p = 0 (our default 0 is AZR's learnability reward; AZR's code pays -0.5)."""
+    if not proposal["valid"]:
         return -1.0
+    solve_rate = proposal["solve_rate"]
     if solve_rate == 1:
         return 0.0
     if solve_rate == 0:
-        return unsolved
+        return cfg["teacher_reward_unsolved"]
     return 1.0 - solve_rate
 
 
@@ -385,15 +393,15 @@ def pg_loss(logp, mask, advantages, total_tokens):
     return -(advantages[:, None] * logp * mask).sum() / max(total_tokens, 1)
 
 
-def match_outcome(solve_rate, draw_margin):
-    """1 student wins, 0 draw, -1 teacher wins (design §6 [ours]). solve_rate = the student's mean
-    correctness over the teacher's valid problems; None (the teacher had no valid problem) is a
-    teacher loss."""
+def match_outcome(solve_rate, cfg):
+    """1 student wins, 0 draw, -1 teacher wins (design §6 [ours]): a solve rate within 0.5 +-
+    draw_margin is a draw. solve_rate = the student's mean correctness over the teacher's valid
+    problems; None (the teacher had no valid problem) is a teacher loss."""
     if solve_rate is None:
         return 1
-    if solve_rate < 0.5 - draw_margin:
+    if solve_rate < 0.5 - cfg["draw_margin"]:
         return -1
-    if solve_rate > 0.5 + draw_margin:
+    if solve_rate > 0.5 + cfg["draw_margin"]:
         return 1
     return 0
 
@@ -416,11 +424,50 @@ def matchmake(teachers, students, rng):
         teacher = order.pop(0)
         weights = []
         for student in pool:
-            p = ratings.win_probability(student, teacher)
+            p = ratings.win_probability(student["rating"], teacher["rating"])
             weights.append(max(p * (1 - p), 1e-12))
         k = rng.choices(range(len(pool)), weights)[0]
         pairs.append((teacher["name"], pool.pop(k)["name"]))
     return pairs
+
+
+# ----------------------------------------------------------------------------- the swap points
+# Every place a researcher swaps an idea is one line of a table: its config key names the entry,
+# check_config refuses a name with no entry (listing the names), and the step dispatches through
+# the same table. A new idea is a function and a line here.
+
+# How a teacher is paid (cfg["teacher_reward"]). reward(proposal, cfg) -> float, for a proposal
+# with "valid" and "solve_rate" (and what its measure put there). Optional hooks, each
+# hook(proposals, matches, cfg, tools, state) (`tools`: main's run dict, `state`: the variants'
+# state, variants.initial_state): check(cfg) at start-up, start(cfg, tools, state) once before the
+# model loads, measure in the rewards phase before teachers are paid, after_students: the teachers
+# are paid and updated only after the students' update, which this hook measures.
+TEACHER_REWARDS = {
+    "populora": dict(reward=teacher_reward),
+    # OpenSIR: novelty + a learnable band (README "Variants")
+    "opensir": dict(reward=variants.opensir_teacher_reward, measure=variants.measure_novelty),
+    # SOAR: the matched student's gain on a probe set over its update
+    "soar": dict(reward=variants.soar_teacher_reward, check=variants.check_soar,
+                 start=variants.start_soar, measure=variants.probe_before,
+                 after_students=variants.probe_gains),
+}
+# Which archive problems top a student's batch up (cfg["topup"]). pick(problems of one task type,
+# step, need, rng, context) -> indices; optional: prepare(problems of one task type, tools, state)
+# -> context, once per task type and step; record(attempts, cfg, state) after the rewards.
+TOPUPS = {
+    # AZR's mix: the newest first, then uniform
+    "recent": dict(pick=archive.pick_recent),
+    # LEEPS: explore/exploit portfolios over past outcomes (README "Variants")
+    "leeps": dict(pick=variants.leeps_pick, prepare=variants.leeps_context,
+                  record=variants.leeps_record),
+}
+# The advantage estimator (cfg["advantage"]): (rewards, groups) -> advantages, one per sequence.
+ADVANTAGES = {"trr++": trr_advantages}
+# A match's outcome (cfg["match_rule"]): (solve rate or None, cfg) -> 1 student wins, 0, -1.
+MATCH_RULES = {"margin": match_outcome}
+# config key -> the table its value must name (ratings.SYSTEMS and SELECTIONS: ratings.py's own)
+SWAPS = {"teacher_reward": TEACHER_REWARDS, "topup": TOPUPS, "advantage": ADVANTAGES,
+         "match_rule": MATCH_RULES, "rating": ratings.SYSTEMS, "selection": ratings.SELECTIONS}
 
 
 # ----------------------------------------------------------------------------- the update
@@ -445,14 +492,15 @@ def pack_micro_batches(sequences, budget):
 
 def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     """One AdamW step of member `name` on its sequences {"prompt_ids", "completion_ids", "reward",
-    "role", "task"} (the member's WHOLE batch, identical on every rank): TRR++ advantages over the
-    whole batch, this rank's token-balanced share forwarded in micro-batches of
+    "role", "task"} (the member's WHOLE batch, identical on every rank): advantages (TRR++ by
+    default) over the whole batch, this rank's token-balanced share forwarded in micro-batches of
     `micro_batch_tokens`, gradients summed over ranks, global grad-norm clip, and the same AdamW
     step on every rank (design §5, §9). Returns {"loss", "grad_norm", "entropy" {role: nats summed},
     "tokens" {role: count}, "mismatch" {"mean", "max"}: |log pi_vLLM - log pi_train| over the
     forwarded tokens the engine gave log-probs for (None without)}."""
     rewards = [s["reward"] for s in sequences]
-    advantages = trr_advantages(rewards, [(s["role"], s["task"]) for s in sequences])
+    groups = [(s["role"], s["task"]) for s in sequences]
+    advantages = ADVANTAGES[cfg["advantage"]](rewards, groups)
     sequences = [dict(s, advantage=a) for s, a in zip(sequences, advantages)]
     # the loss denominator: the member's completion tokens on all ranks, zero-advantage ones too
     total_tokens = sum(len(s["completion_ids"]) for s in sequences)
@@ -536,7 +584,7 @@ def run_verify(fn, jobs, timeout):
 #             proposal (None for a top-up), gen, response, answer; grade adds correct; rewards
 #             add reward
 #   match     (plan_step) teacher, student; rate adds solve_rate, outcome
-#   member    (population.init_population) name, role, id, lora_id, mu, sigma, lineage
+#   member    (population.init_population) name, role, id, lora_id, rating (ratings.py's), lineage
 # `generate(requests, purpose)` and `check(fn, jobs)` are main's closures that split the work over
 # ranks and gather it back; the phases never see a rank.
 
@@ -615,27 +663,24 @@ def validate(proposals, step, check):
     archive.describe([p["problem"] for p in proposals if p["valid"]])
 
 
-def pick_topups(matches, proposals, problems, step, cfg, rng, embed=None, leeps_stats=None):
+def pick_topups(matches, proposals, problems, cfg, rng, tools, state):
     """Rank 0: for each match and task type, archive problems that top the student's batch up to
-    min_problems when its teacher made fewer valid ones (design §4.4): AZR's recent-first mix, or
-    LEEPS's explore/exploit portfolios (topup=leeps; `embed` maps programs to base embeddings).
-    {(match index, task): [index]}"""
-    vectors = {}
-    if cfg["topup"] == "leeps":
-        # the archive's embeddings, once per task type (every match reads the same ones)
+    min_problems when its teacher made fewer valid ones (design §4.4), by the sampler of TOPUPS
+    (AZR's recent-first mix by default). {(match index, task): [index]}"""
+    sampler = TOPUPS[cfg["topup"]]
+    # what the sampler needs of each task type's archive, once (every match reads the same)
+    context = dict.fromkeys(verify.TASKS)
+    if "prepare" in sampler:
         for task in verify.TASKS:
-            vectors[task] = embed([p["program"] for p in problems[task]])
+            context[task] = sampler["prepare"](problems[task], tools, state)
     topups = {}
     for i, match in enumerate(matches):
         for task in verify.TASKS:
             made = [p for p in proposals if p["valid"] and p["teacher"] == match["teacher"]
                     and p["task"] == task]
             need = cfg["min_problems"] - len(made)
-            if cfg["topup"] == "leeps":
-                topups[(i, task)] = variants.leeps_pick(problems[task], step, need, rng,
-                                                        vectors[task], leeps_stats)
-            else:
-                topups[(i, task)] = archive.pick_recent(problems[task], step, need, rng)
+            topups[(i, task)] = sampler["pick"](problems[task], tools["step"], need, rng,
+                                                context[task])
     return topups
 
 
@@ -681,83 +726,69 @@ def grade(attempts, check):
         a["correct"] = a["answer"] is not None and bool(next(results)["correct"])
 
 
-def assign_rewards(proposals, attempts, cfg, novel=None):
-    """design §4.6. A response the engine could not generate gets no reward (and no update); so does
-    a valid problem none of whose attempts was generated. teacher_reward=opensir pays by
-    opensir_teacher_reward (`novel`: proposal index -> novelty); soar pays later (assign_soar)."""
+def assign_rewards(proposals, attempts, matches, cfg, tools, state):
+    """design §4.6: every attempt's student_reward, every proposal's reward by TEACHER_REWARDS (after
+    what it measures; one whose measure needs the students' update is paid in `update`), and the
+    top-up sampler's record. A response the engine could not generate gets no reward (and no
+    update); so does a valid problem none of whose attempts was generated."""
     for a in attempts:
         a["reward"] = None
         if not a["gen"]["error"]:
             a["reward"] = student_reward(a["correct"], a["answer"] is not None)
-    for k, p in enumerate(proposals):
+    for p in proposals:
         graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
         p["solve_rate"] = logs.mean(graded) if p["valid"] else None
         p["reward"] = None
-        if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
-            continue
-        if cfg["teacher_reward"] == "opensir":
-            novel_k = novel.get(k, 1.0)
-            p["reward"] = variants.opensir_teacher_reward(p["valid"], p["solve_rate"], novel_k, cfg)
-        elif cfg["teacher_reward"] == "populora":
-            unsolved = cfg["teacher_reward_unsolved"]
-            p["reward"] = teacher_reward(p["valid"], p["solve_rate"], unsolved)
+    paid = TEACHER_REWARDS[cfg["teacher_reward"]]
+    if "measure" in paid:
+        paid["measure"](proposals, matches, cfg, tools, state)
+    if "after_students" not in paid:
+        pay_teachers(proposals, paid["reward"], cfg)
+    sampler = TOPUPS[cfg["topup"]]
+    if "record" in sampler:
+        sampler["record"](attempts, cfg, state)
 
 
-def assign_soar(proposals, matches, gains):
-    """teacher_reward=soar, after the students' update: each proposal of a teacher gets
-    soar_teacher_reward with its matched student's probe gain (None when nothing was generated)."""
-    student_of = {m["teacher"]: m["student"] for m in matches}
+def pay_teachers(proposals, reward, cfg):
+    """Each proposal's reward(proposal, cfg), except where nothing was generated (None)."""
     for p in proposals:
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
-        p["reward"] = variants.soar_teacher_reward(p["valid"], gains[student_of[p["teacher"]]])
+        p["reward"] = reward(p, cfg)
 
 
-def update(model, members, optimizers, proposals, attempts, cfg, rank, world):
+def train_members(members, proposals, attempts, cfg, tools):
     """One AdamW step per member (design §5): teachers on their proposals, students on their
-    attempts.
-    Every rank trains every member on its share of that member's sequences. Returns stats per
-    member."""
+    attempts; every rank trains every member on its share of that member's sequences. The engine
+    then generates with the new weights. Returns stats per member."""
     stats = {}
-    for m in members:
-        sequences = []
-        for x in proposals + attempts:
-            if x["member"] == m["name"] and x["reward"] is not None:
-                sequences.append(dict(x["gen"], reward=x["reward"], role=x["role"], task=x["task"]))
-        stats[m["name"]] = train_member(model, m["name"], optimizers[m["name"]], sequences, cfg,
-                                        rank, world)
+    with timed(tools["times"], "train"):
+        for m in members:
+            sequences = []
+            for x in proposals + attempts:
+                if x["member"] == m["name"] and x["reward"] is not None:
+                    sequences.append(dict(x["gen"], reward=x["reward"], role=x["role"],
+                                          task=x["task"]))
+            stats[m["name"]] = train_member(tools["model"], m["name"], tools["optimizers"][m["name"]],
+                                            sequences, cfg, tools["rank"], tools["world"])
+        engines.sync_adapters(tools["engine"], tools["model"], [m["name"] for m in members],
+                              2 * tools["step"] + 1)
     return stats
 
 
-def soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank, world, engine,
-                step, generate, check, probe, probe_rates, times):
-    """teacher_reward=soar's update (design §5 otherwise unchanged): the students go first, their
-    probe
-    pass rates are measured before (when not known from the last step: a new child) and after, and
-    each teacher is paid its matched student's gain before its own update. probe_rates {(name, id):
-    rate} is updated in place. Returns stats per member."""
+def update(members, proposals, attempts, matches, cfg, tools, state):
+    """Every member's update (design §5). A teacher reward paid on the students' update
+    (TEACHER_REWARDS' after_students: soar) splits it: the students first, that measurement, the
+    teachers' rewards, then the teachers. Returns stats per member."""
+    paid = TEACHER_REWARDS[cfg["teacher_reward"]]
+    if "after_students" not in paid:
+        return train_members(members, proposals, attempts, cfg, tools)
     students = [m for m in members if m["role"] == "student"]
     teachers = [m for m in members if m["role"] == "teacher"]
-    unmeasured = [m["name"] for m in students if (m["name"], m["id"]) not in probe_rates]
-    if unmeasured:
-        before = variants.probe_pass_rates(unmeasured, probe, generate, check)
-        for m in students:
-            if m["name"] in before:
-                probe_rates[(m["name"], m["id"])] = before[m["name"]]
-    with timed(times, "train"):
-        stats = update(model, students, optimizers, proposals, attempts, cfg, rank, world)
-        engines.sync_adapters(engine, model, [m["name"] for m in students], 2 * step + 1)
-    started = time.time()
-    after = variants.probe_pass_rates([m["name"] for m in students], probe, generate, check)
-    gains = {}
-    for m in students:
-        gains[m["name"]] = after[m["name"]] - probe_rates[(m["name"], m["id"])]
-        probe_rates[(m["name"], m["id"])] = after[m["name"]]
-    times["probe"] = time.time() - started
-    assign_soar(proposals, matches, gains)
-    with timed(times, "train"):
-        stats.update(update(model, teachers, optimizers, proposals, attempts, cfg, rank, world))
-        engines.sync_adapters(engine, model, [m["name"] for m in teachers], 2 * step + 1)
+    stats = train_members(students, proposals, attempts, cfg, tools)
+    paid["after_students"](proposals, matches, cfg, tools, state)
+    pay_teachers(proposals, paid["reward"], cfg)
+    stats.update(train_members(teachers, proposals, attempts, cfg, tools))
     return stats
 
 
@@ -773,10 +804,13 @@ def rate(matches, attempts, members, cfg):
         mine = [a["correct"] for a in attempts if a["proposal"] is not None
                 and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
         match["solve_rate"] = logs.mean(mine)
-        match["outcome"] = match_outcome(match["solve_rate"], cfg["draw_margin"])
+        match["outcome"] = MATCH_RULES[cfg["match_rule"]](match["solve_rate"], cfg)
         # deviation 6: a self-match carries no rating information
         if not cfg["baseline"]:
-            ratings.update(by_name[match["teacher"]], by_name[match["student"]], match["outcome"])
+            teacher, student = by_name[match["teacher"]], by_name[match["student"]]
+            teacher["rating"], student["rating"] = ratings.update(teacher["rating"],
+                                                                  student["rating"],
+                                                                  match["outcome"])
         played.append(match)
     return played
 
@@ -820,8 +854,7 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
         member = next(m for m in members if m["name"] == child["name"])
         event = {k: child[k] for k in ("step", "id", "parents", "parent_names", "operator", "kind",
                                        "fallback", "reason")}
-        member.update(id=child["id"], mu=child["mu"], sigma=child["sigma"],
-                      lineage=member["lineage"] + [event])
+        member.update(id=child["id"], rating=child["rating"], lineage=member["lineage"] + [event])
     return children, max([next_id] + [child["id"] + 1 for child in children])
 
 
@@ -929,12 +962,13 @@ def main(cfg):
             return distributed.split_run(verify_part, jobs, rank, world)
 
     times = dict.fromkeys(PHASES, 0.0)
-    # the related-systems options' state: LEEPS's portfolio counts (checkpointed), SOAR's probe set
-    # and each student's last pass rate on it, keyed by (name, id): a child is measured afresh
-    leeps_stats = {"exploit": [0, 0], "explore": [0, 0]}
-    probe, probe_rates = [], {}
-    if cfg["teacher_reward"] == "soar":
-        probe = variants.load_probe(cfg["soar_probe"], check)
+    # what the phases and the swap points' hooks use, beside cfg; filled as it is made
+    tools = dict(rank=rank, world=world, check=check, times=times)
+    # the related systems' state (variants.initial_state); the swap points' start hooks fill it
+    state = variants.initial_state()
+    for entry in (TEACHER_REWARDS[cfg["teacher_reward"]], TOPUPS[cfg["topup"]]):
+        if "start" in entry:
+            entry["start"](cfg, tools, state)
     problems = None
     if not resume:
         # the seed archive before the (slow) model: a bad seed file fails fast
@@ -957,8 +991,8 @@ def main(cfg):
     start, next_id = 0, len(members)
     if resume:
         problems, start, next_id, saved = restore(resume, model, members, optimizers, rng, cfg)
-        leeps_stats = saved.get("leeps_stats", leeps_stats)
-        probe_rates = {(name, i): rate for name, i, rate in saved.get("probe_rates", [])}
+        state["leeps_stats"] = saved.get("leeps_stats", state["leeps_stats"])
+        state["probe_rates"] = {(name, i): rate for name, i, rate in saved.get("probe_rates", [])}
     load_init_adapters(cfg, model, members, optimizers, make_optimizer)
     # the frozen base's embedding of a program, cached (recomputed after a resume: deterministic)
     vectors = {}
@@ -988,6 +1022,8 @@ def main(cfg):
     wandb_run = None
     if rank == 0:
         wandb_run = logs.start_logs(cfg, paths, start, world, resume)
+    tools.update(model=model, engine=engine, optimizers=optimizers, members=members, embed=embed,
+                 problems=problems)
     logs.print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, "
                 f"{engine['kind']} engine, gradient checkpointing {checkpointing}, "
                 f"steps {start}..{cfg['steps']}")
@@ -1007,6 +1043,7 @@ def main(cfg):
                 return distributed.split_blocks(lambda share: engines.generate(
                     engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
                     requests, rank, world)
+        tools.update(step=step, times=times, generate=generate)
 
         # ---- ALGO 9: evolution every evolve_every steps (design §7), at the START of the step, so
         # every checkpoint holds members that have trained (deviation 7); true on every rank
@@ -1037,7 +1074,7 @@ def main(cfg):
         # ---- ALGO 4: solve, with top-ups picked by rank 0
         topups = None
         if rank == 0:
-            topups = pick_topups(matches, proposals, problems, step, cfg, rng, embed, leeps_stats)
+            topups = pick_topups(matches, proposals, problems, cfg, rng, tools, state)
         topups = distributed.broadcast_object(topups, 0, world)
         attempts = solve(matches, proposals, topups, problems, cfg, generate)
 
@@ -1045,25 +1082,11 @@ def main(cfg):
         grade(attempts, check)
         archive.record_solves(attempts)
 
-        # ---- ALGO 6: rewards (teacher_reward=opensir: novelty measured on rank 0, broadcast)
-        novel = None
-        if cfg["teacher_reward"] == "opensir":
-            if rank == 0:
-                neighbours = cfg["opensir_neighbours"]
-                novel = variants.novelty_of(proposals, problems, embed, neighbours, step)
-            novel = distributed.broadcast_object(novel, 0, world)
-        assign_rewards(proposals, attempts, cfg, novel)
-        if cfg["topup"] == "leeps":
-            variants.record_outcomes(attempts, cfg["leeps_history"], leeps_stats)
+        # ---- ALGO 6: rewards
+        assign_rewards(proposals, attempts, matches, cfg, tools, state)
 
         # ---- ALGO 7: update, then the engines generate with the new weights
-        if cfg["teacher_reward"] == "soar":
-            stats = soar_update(model, members, optimizers, proposals, attempts, matches, cfg, rank,
-                                world, engine, step, generate, check, probe, probe_rates, times)
-        else:
-            with timed(times, "train"):
-                stats = update(model, members, optimizers, proposals, attempts, cfg, rank, world)
-                engines.sync_adapters(engine, model, [m["name"] for m in members], 2 * step + 1)
+        stats = update(members, proposals, attempts, matches, cfg, tools, state)
 
         # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair
         played = rate(matches, attempts, members, cfg)
@@ -1073,11 +1096,11 @@ def main(cfg):
         if last or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):
             with timed(times, "checkpoint"):
                 if rank == 0:
-                    rates = [[name, i, rate] for (name, i), rate in probe_rates.items()]
-                    state = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
-                                 leeps_stats=leeps_stats, probe_rates=rates)
+                    rates = [[name, i, rate] for (name, i), rate in state["probe_rates"].items()]
+                    saved = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
+                                 leeps_stats=state["leeps_stats"], probe_rates=rates)
                     written = population.save_checkpoint(cfg["out_dir"], step + 1, model, members,
-                                                         optimizers, state, problems)
+                                                         optimizers, saved, problems)
                     # after the rename: the newest complete checkpoint is never the one removed
                     population.prune_checkpoints(cfg["out_dir"], cfg["keep_checkpoints"], written)
                 if world > 1:
@@ -1110,4 +1133,4 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    main(parse_config(config, sys.argv[1:]))
+    main(parse_config(config, sys.argv[1:], tables=SWAPS))

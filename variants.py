@@ -10,12 +10,27 @@ archive.pick_recent).
 - LEEPS (`topup=leeps`): leeps_pick, weighted_sample, record_outcomes.
 """
 import json
+import os
+import time
 
 import torch
 
 import archive
+import distributed
 import logs
 import verify
+
+
+def initial_state():
+    """The variants' state of a run (checkpointed: leeps_stats, probe_rates):
+    leeps_stats   LEEPS's portfolio counts {"exploit": [non-trivial, groups], "explore": [...]}
+    probe         SOAR's probe problems [(task, problem)] (start_soar)
+    probe_rates   SOAR: each student's last probe pass rate, keyed by (name, id): a child is
+                  measured afresh"""
+    return {"leeps_stats": {"exploit": [0, 0], "explore": [0, 0]}, "probe": [], "probe_rates": {}}
+
+
+# ----------------------------------------------------------------------------- OpenSIR
 
 
 def band_difficulty(solve_rate, low, high):
@@ -38,23 +53,24 @@ def novelty(vector, others, neighbours):
     return float((1 - nearest).mean() / 2)
 
 
-def opensir_teacher_reward(valid, solve_rate, novel, cfg):
+def opensir_teacher_reward(proposal, cfg):
     """teacher_reward=opensir: invalid -1; a valid problem pays (1 - w) x band_difficulty + w x its
-    novelty against the archive (w = opensir_novelty_weight)."""
-    if not valid:
+    novelty against the archive (w = opensir_novelty_weight; measure_novelty measured it)."""
+    if not proposal["valid"]:
         return -1.0
     weight = cfg["opensir_novelty_weight"]
-    band = band_difficulty(solve_rate, cfg["opensir_band_low"], cfg["opensir_band_high"])
-    return (1 - weight) * band + weight * novel
+    band = band_difficulty(proposal["solve_rate"], cfg["opensir_band_low"],
+                           cfg["opensir_band_high"])
+    return (1 - weight) * band + weight * proposal["novelty"]
 
 
-def soar_teacher_reward(valid, improvement):
+def soar_teacher_reward(proposal, cfg):
     """teacher_reward=soar: invalid -1; every valid problem of a teacher shares its matched
     student's change of pass rate on the hard probe set over this step's update (grounded in
-    measured progress, not a learnability proxy)."""
-    if not valid:
+    measured progress, not a learnability proxy; probe_gains measured it)."""
+    if not proposal["valid"]:
         return -1.0
-    return improvement
+    return proposal["probe_gain"]
 
 
 def novelty_of(proposals, problems, embed, neighbours, step):
@@ -69,6 +85,71 @@ def novelty_of(proposals, problems, embed, neighbours, step):
             vector = embed([p["problem"]["program"]])[0]
             novel[k] = novelty(vector, older[p["task"]], neighbours)
     return novel
+
+
+def measure_novelty(proposals, matches, cfg, tools, state):
+    """OpenSIR's measurement, in the rewards phase: each proposal's "novelty" (novelty_of on rank 0,
+    broadcast; 1.0 for an invalid one, whose reward never reads it)."""
+    novel = None
+    if tools["rank"] == 0:
+        novel = novelty_of(proposals, tools["problems"], tools["embed"], cfg["opensir_neighbours"],
+                           tools["step"])
+    novel = distributed.broadcast_object(novel, 0, tools["world"])
+    for k, p in enumerate(proposals):
+        p["novelty"] = novel.get(k, 1.0)
+
+
+# ----------------------------------------------------------------------------- SOAR
+
+def check_soar(cfg):
+    """teacher_reward=soar at start-up: separate roles, and a probe file."""
+    if cfg["baseline"]:
+        raise SystemExit("--teacher_reward soar needs separate teachers and students "
+                         "(not --baseline)")
+    if not os.path.isfile(cfg["soar_probe"]):
+        raise SystemExit(f"--soar_probe {cfg['soar_probe']!r}: not a file (JSON lines of hard "
+                         "problems: task + AZR seed fields)")
+
+
+def start_soar(cfg, tools, state):
+    """teacher_reward=soar, once before the model loads: the probe set, validated."""
+    state["probe"] = load_probe(cfg["soar_probe"], tools["check"])
+
+
+def students_of(members):
+    return [m for m in members if m["role"] == "student"]
+
+
+def probe_before(proposals, matches, cfg, tools, state):
+    """SOAR's first measurement, in the rewards phase (before any update): the probe pass rate of
+    every student not measured since it was made (a new child, or the first step)."""
+    students = students_of(tools["members"])
+    rates = state["probe_rates"]
+    unmeasured = [m["name"] for m in students if (m["name"], m["id"]) not in rates]
+    if unmeasured:
+        before = probe_pass_rates(unmeasured, state["probe"], tools["generate"], tools["check"])
+        for m in students:
+            if m["name"] in before:
+                rates[(m["name"], m["id"])] = before[m["name"]]
+
+
+def probe_gains(proposals, matches, cfg, tools, state):
+    """SOAR's second measurement, after the students' update (the teachers update after it): every
+    student's probe pass rate again; each proposal's "probe_gain" is its teacher's matched
+    student's change. Its seconds are logged as time/probe."""
+    started = time.time()
+    students = students_of(tools["members"])
+    rates = state["probe_rates"]
+    after = probe_pass_rates([m["name"] for m in students], state["probe"], tools["generate"],
+                             tools["check"])
+    gains = {}
+    for m in students:
+        gains[m["name"]] = after[m["name"]] - rates[(m["name"], m["id"])]
+        rates[(m["name"], m["id"])] = after[m["name"]]
+    tools["times"]["probe"] = time.time() - started
+    student_of = {m["teacher"]: m["student"] for m in matches}
+    for p in proposals:
+        p["probe_gain"] = gains[student_of[p["teacher"]]]
 
 
 def probe_pass_rates(students, probe, generate, check):
@@ -117,7 +198,16 @@ def load_probe(path, check):
     return probe
 
 
-def leeps_pick(problems, step, need, rng, embeddings, stats, neighbours=4):
+# ----------------------------------------------------------------------------- LEEPS
+
+def leeps_context(problems, tools, state):
+    """topup=leeps, once per task type and step on rank 0: the archive's embeddings [N, H] (every
+    match reads the same ones) and the portfolio counts, leeps_pick's `context`."""
+    embeddings = tools["embed"]([p["program"] for p in problems])
+    return {"embeddings": embeddings, "stats": state["leeps_stats"]}
+
+
+def leeps_pick(problems, step, need, rng, context, neighbours=4):
     """LEEPS-style top-up selection (topup=leeps; our reconstruction for code tasks in a
     population): indices of `need` problems older than this step, drawn from two portfolios so that
     few picked groups come back with identical rewards (no learning signal):
@@ -126,7 +216,9 @@ def leeps_pick(problems, step, need, rng, embeddings, stats, neighbours=4):
       neighbours' share (the `neighbours` nearest problems with a history, cosine over `embeddings`
       [len(problems), H]; 0.5 with none), one whose history is all-trivial by a small floor.
     The budget splits by each portfolio's recent non-trivial ratio (`stats` {"exploit":
-    [non-trivial, groups], "explore": [...]}, Laplace-smoothed). Deterministic given rng."""
+    [non-trivial, groups], "explore": [...]}, Laplace-smoothed). `context` = leeps_context's
+    {"embeddings", "stats"}. Deterministic given rng."""
+    embeddings, stats = context["embeddings"], context["stats"]
     older = [i for i, p in enumerate(problems) if p["step"] < step]
     if not older or need <= 0:
         return []
@@ -194,3 +286,8 @@ def record_outcomes(attempts, keep, stats):
         stats[portfolio][0] += varied
         stats[portfolio][1] += 1
         problem["history"] = (history + [varied])[-keep:]
+
+
+def leeps_record(attempts, cfg, state):
+    """topup=leeps, after the rewards: record_outcomes into the run's portfolio counts."""
+    record_outcomes(attempts, cfg["leeps_history"], state["leeps_stats"])

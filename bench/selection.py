@@ -65,7 +65,10 @@ from learning_check import git_state  # noqa: E402  (bench/ is on sys.path: the 
 
 
 def mu_minus_sigma(member):
-    return member["mu"] - member["sigma"]
+    """A TrueSkill-only candidate (this simulation runs TrueSkill): mu - sigma of the logged
+    fields."""
+    fields = ratings.flat(member["rating"])
+    return fields["mu"] - fields["sigma"]
 
 
 # The candidates. rank: a rule of ratings.SELECTIONS ("inherit" ranks by mu, "conservative" by
@@ -120,7 +123,7 @@ def ranked(same_role, rule, pick):
     if isinstance(score, str):
         return evolve.ranked_roles(same_role, score)[same_role[0]["role"]]
     if score is None:
-        order = sorted(same_role, key=lambda m: -m["mu"])
+        order = sorted(same_role, key=lambda m: -ratings.score(m["rating"]))
         rest = order[1:]
         pick.shuffle(rest)
         return order[:1] + rest
@@ -158,9 +161,9 @@ def event(members, rule, step, rng, pick, args, tally):
                 parents = pick.sample(top, 2)
             else:
                 parents = [pick.choice(top)]
-            rating = ratings.child(parents, rule["child"])
+            rating = ratings.child([p["rating"] for p in parents], rule["child"])
             skill, deficit = child_skill(args.child_model, parents, same_role, rng, args)
-            loser.update(rating, skill=skill, deficit=deficit, born=step, matches=0)
+            loser.update(rating=rating, skill=skill, deficit=deficit, born=step, matches=0)
 
 
 def simulate(seed, rule, size, args):
@@ -172,8 +175,7 @@ def simulate(seed, rule, size, args):
     for role in ("teacher", "student"):
         for i in range(size):
             member = {"name": f"{role[0]}{i}", "role": role, "skill": rng.normal(0, args.init_sd),
-                      "deficit": 0.0, "born": None, "matches": 0}
-            member.update(ratings.initial())
+                      "deficit": 0.0, "born": None, "matches": 0, "rating": ratings.new()}
             members.append(member)
     by_name = {m["name"]: m for m in members}
     tally = {"newest": [], "weakest": [], "door": [], "regret": []}
@@ -185,7 +187,9 @@ def simulate(seed, rule, size, args):
         for teacher_name, student_name in train.matchmake(teachers, students, pick):
             teacher, student = by_name[teacher_name], by_name[student_name]
             rate = solve_rate(student, teacher, rng, args)
-            ratings.update(teacher, student, train.match_outcome(rate, args.draw_margin))
+            outcome = train.match_outcome(rate, vars(args))
+            teacher["rating"], student["rating"] = ratings.update(teacher["rating"],
+                                                                  student["rating"], outcome)
             teacher["matches"] += 1
             student["matches"] += 1
         for m in members:

@@ -11,7 +11,8 @@ claims table judges the paper's four claims at this scale. Prints ONE JSON line:
    solve rate, format rates), "end" (mean of the last 3 steps), "solve_rate_std" and
    "solve_rate_autocorr" (std and lag-1 autocorrelation over steps of the mean student solve rate:
    oscillation), "complexity_first/last" (means over the first/last 3 steps), "coverage" (final
-   archive coverage), "coverage_curve", "mu" (final TrueSkill mu per member), "wall_s", "s_per_step"
+   archive coverage), "coverage_curve", "mu" (final rating per member: ratings.band's centre,
+   TrueSkill's mu), "wall_s", "s_per_step"
 
     python bench/tiny_world.py                      # 100 steps x 3 seeds x 2 runs: hours on 2 cores
     python bench/tiny_world.py --steps 4 --seeds 1 --save_every 2   # a quick look
@@ -56,6 +57,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import heldout  # noqa: E402
+import logs  # noqa: E402
+import ratings  # noqa: E402
 import tinyworld  # noqa: E402
 import train  # noqa: E402
 import verify  # noqa: E402
@@ -151,7 +154,7 @@ def summary(rows, wall):
             "coverage": rows[-1]["archive/coverage"],
             "coverage_curve": [r["archive/coverage"] for r in rows],
             "archive": {t: rows[-1][f"archive/size/{t}"] for t in verify.TASKS},
-            "mu": {m: round(rows[-1][f"rating/{m}/mu"], 2) for m in members},
+            "mu": {m: round(ratings.band(logs.logged_rating(rows[-1], m))[0], 2) for m in members},
             "outcomes": outcome_shares(rows), "outcomes_last_fifth": outcome_shares(
                 rows[len(rows) - max(1, len(rows) // 5):]),
             "wall_s": round(wall, 1),

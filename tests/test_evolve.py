@@ -553,12 +553,16 @@ def test_bad_input_is_a_clear_error():
 
 # ----------------------------------------------------------------------- replacement step (design §7)
 
+def trueskill(mu, sigma=1.0):
+    return {"system": "trueskill", "mu": mu, "sigma": sigma}
+
+
 def population(mus, roles=("teacher", "student")):
     members, adapters, i = [], {}, 0
     for role in roles:
         for j, mu in enumerate(mus):
             name = f"{role[0]}{j}"
-            members.append({"name": name, "role": role, "id": i, "mu": mu, "sigma": 1.0})
+            members.append({"name": name, "role": role, "id": i, "rating": trueskill(mu)})
             adapters[name] = make(i, layers=2)
             i += 1
     return members, adapters
@@ -573,9 +577,9 @@ def step(members, adapters, seed=0, **cfg):
 def test_replacement_step_records():
     members, adapters = population([30.0, 20.0, 25.0, 10.0])
     for m in members:
-        m["sigma"] = 1.0 + 0.1 * m["id"]
+        m["rating"] = trueskill(ratings.score(m["rating"]), 1.0 + 0.1 * m["id"])
     # role of one: skipped
-    members.append({"name": "solo", "role": "both", "id": 50, "mu": 0.0, "sigma": 1.0})
+    members.append({"name": "solo", "role": "both", "id": 50, "rating": trueskill(0.0)})
     adapters["solo"] = make(50, layers=2)
     before = {n: {k: v.clone() for k, v in a.items()} for n, a in adapters.items()}
     for seed in range(6):
@@ -588,12 +592,12 @@ def test_replacement_step_records():
             assert set(r["parent_names"]) <= {r["name"][0] + "0", r["name"][0] + "2"}
             ps = [by_name[n] for n in r["parent_names"]]
             assert [p["id"] for p in ps] == r["parents"]
-            assert ps == sorted(ps, key=lambda m: -m["mu"])
+            assert ps == sorted(ps, key=lambda m: -ratings.score(m["rating"]))
             assert r["kind"] == ("crossover" if len(ps) == 2 else "mutation") and r["step"] == 10
             assert r["operator"] in (evolve.CROSSOVERS if len(ps) == 2 else evolve.MUTATIONS)
-            assert r["mu"] == pytest.approx(sum(p["mu"] for p in ps) / len(ps))
-            # the default rule (inherit): the parents' mean sigma too
-            assert r["sigma"] == pytest.approx(sum(p["sigma"] for p in ps) / len(ps))
+            # the default rule (inherit): the parents' mean mu and mean sigma
+            mean = {k: sum(ratings.flat(p["rating"])[k] for p in ps) / len(ps) for k in ("mu", "sigma")}
+            assert ratings.flat(r["rating"]) == pytest.approx(mean)
             copies = r["operator"] == "copy_parent" or r["operator"] in evolve.SWAPS
             if copies or r["fallback"]:
                 assert r["copy_optimizer_from"] == ps[0]["name"]
@@ -639,12 +643,12 @@ def child_with_a_good_record(selection):
     teacher rated like the middle student s1. Its μ ends above the weakest student's (s2, 24)."""
     members, adapters = population([30.0, 27.0, 24.0, 0.0])
     for m in members:
-        m["sigma"] = 1.2
+        m["rating"] = trueskill(ratings.score(m["rating"]), 1.2)
     child = members[7]
-    child.update(ratings.child([members[4], members[5]], selection))
+    child["rating"] = ratings.child([members[4]["rating"], members[5]["rating"]], selection)
     for outcome in [1] * 6 + [-1] * 4:
-        ratings.update({"mu": 27.0, "sigma": 1.2}, child, outcome)
-    assert child["name"] == "s3" and child["mu"] > 24.0 + 3
+        _, child["rating"] = ratings.update(trueskill(27.0, 1.2), child["rating"], outcome)
+    assert child["name"] == "s3" and ratings.score(child["rating"]) > 24.0 + 3
     return members, adapters
 
 
@@ -658,7 +662,7 @@ def test_default_selection_keeps_a_child_with_a_good_record():
     members, adapters = child_with_a_good_record("conservative")
     old = step(members, adapters, **dict(train.config, selection="conservative"))
     assert [r["name"] for r in old] == ["t3", "s3"]
-    assert [r["sigma"] for r in old] == [25 / 3, 25 / 3]
+    assert [ratings.flat(r["rating"])["sigma"] for r in old] == [25 / 3, 25 / 3]
     with pytest.raises(ValueError, match="selection 'elo'"):
         step(members, adapters, selection="elo")
 

@@ -3,6 +3,7 @@
 18), and every archive problem's solve statistics (figure 8), checkpointed with the archive."""
 import archive
 import logs
+import ratings
 
 
 def gen(error=None, tokens=3):
@@ -39,8 +40,8 @@ def stats(entropy, tokens, role):
 
 
 def test_step_metrics_split_matched_and_topup_complexity_and_entropy():
-    members = [{"name": "t0", "role": "teacher", "id": 0, "mu": 25.0, "sigma": 8.0},
-               {"name": "s0", "role": "student", "id": 1, "mu": 25.0, "sigma": 8.0}]
+    members = [{"name": "t0", "role": "teacher", "id": 0, "rating": ratings.new()},
+               {"name": "s0", "role": "student", "id": 1, "rating": ratings.new()}]
     code_o = proposal("t0", "code_o", True, loc=4)
     code_f = proposal("t0", "code_f", True, loc=40)
     invalid = proposal("t0", "code_i", False)

@@ -8,7 +8,6 @@ import statistics
 import numpy as np
 import pytest
 import torch
-import trueskill
 
 import engines
 import population as P
@@ -17,7 +16,7 @@ import tinyworld
 import train
 from conftest import require_vllm
 
-CFG = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, seed=0, max_model_len=1024,
+CFG = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, seed=0, max_model_len=1024, rating="trueskill",
            lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
 ROLES4 = ["teacher", "teacher", "student", "student"]
 
@@ -113,7 +112,7 @@ def test_init_population_names_ids_and_roles(tiny_dir):
     _, members = P.init_population(base, tokenizer, CFG, ["teacher", "student", "teacher", "student", "student"])
     assert [m["name"] for m in members] == ["t0", "s0", "t1", "s1", "s2"]
     assert [m["lora_id"] for m in members] == [1, 2, 3, 4, 5] and len({m["id"] for m in members}) == 5
-    assert all(m["mu"] == 25.0 and abs(m["sigma"] - 25 / 3) < 1e-12 and m["lineage"] == [] for m in members)
+    assert all(m["rating"] == ratings.new("trueskill") and m["lineage"] == [] for m in members)
     base, tokenizer = P.load_base(tiny_dir)
     _, single = P.init_population(base, tokenizer, CFG, ["both"])
     assert [(m["name"], m["role"]) for m in single] == [("a0", "both")]
@@ -352,46 +351,15 @@ def test_train_member_reports_the_rollout_trainer_mismatch(vllm_population):
 
 def test_match_outcome_rule():
     cases = [(None, 1), (0.0, -1), (0.44, -1), (0.45, 0), (0.5, 0), (0.55, 0), (0.56, 1), (1.0, 1)]
-    assert [train.match_outcome(s, 0.05) for s, _ in cases] == [o for _, o in cases]
-    assert train.match_outcome(0.5, 0.0) == 0 and train.match_outcome(0.6, 0.2) == 0
-
-
-def test_rating_constants_and_updates_follow_trueskill():
-    assert (ratings.TRUESKILL.mu, ratings.TRUESKILL.sigma, ratings.TRUESKILL.beta, ratings.TRUESKILL.tau, ratings.TRUESKILL.draw_probability) == \
-        (25.0, 25 / 3, 25 / 6, 25 / 300, 0.1)
-    env = trueskill.TrueSkill(mu=25.0, sigma=25 / 3, beta=25 / 6, tau=25 / 300, draw_probability=0.1)
-    for outcome in (1, 0, -1):
-        t, s = {"mu": 27.0, "sigma": 6.0}, {"mu": 23.0, "sigma": 7.0}
-        ratings.update(t, s, outcome)
-        rt, rs = env.create_rating(27.0, 6.0), env.create_rating(23.0, 7.0)
-        if outcome == -1:
-            rt, rs = env.rate_1vs1(rt, rs)
-        else:
-            rs, rt = env.rate_1vs1(rs, rt, drawn=outcome == 0)
-        assert (t["mu"], t["sigma"], s["mu"], s["sigma"]) == (rt.mu, rt.sigma, rs.mu, rs.sigma)
-        assert (s["mu"] > 23.0) == (outcome >= 0) and (t["mu"] < 27.0) == (outcome >= 0)
-        assert t["sigma"] < 6.0 and s["sigma"] < 7.0
-    assert trueskill.global_env().mu == 25.0  # the package's global environment is untouched
-
-
-def test_win_probability_and_selection_scores():
-    a, b = {"mu": 25.0, "sigma": 25 / 3}, {"mu": 25.0, "sigma": 25 / 3}
-    assert ratings.win_probability(a, b) == pytest.approx(0.5)
-    strong = {"mu": 35.0, "sigma": 2.0}
-    assert ratings.win_probability(strong, a) > 0.8 and ratings.win_probability(strong, a) + ratings.win_probability(a, strong) == pytest.approx(1)
-    members = [{"name": "x", "mu": 30.0, "sigma": 8.0}, {"name": "y", "mu": 26.0, "sigma": 1.0},
-               {"name": "z", "mu": 20.0, "sigma": 0.5}]
-    conservative = lambda m: ratings.selection_score(m, "conservative")  # noqa: E731
-    assert conservative(members[0]) == 6.0
-    assert [m["name"] for m in sorted(members, key=conservative, reverse=True)] == ["y", "z", "x"]
-    assert [ratings.selection_score(m, "inherit") for m in members] == [30.0, 26.0, 20.0]
-    parents = members[:2]
-    assert ratings.child(parents, "inherit") == {"mu": 28.0, "sigma": 4.5}
-    assert ratings.child(parents, "conservative") == {"mu": 28.0, "sigma": 25 / 3}
+    assert [train.match_outcome(s, {"draw_margin": 0.05}) for s, _ in cases] == [o for _, o in cases]
+    assert train.match_outcome(0.5, {"draw_margin": 0.0}) == 0
+    assert train.match_outcome(0.6, {"draw_margin": 0.2}) == 0
 
 
 def rated(prefix, mus):
-    return [{"name": f"{prefix}{i}", "mu": mu, "sigma": 3.0} for i, mu in enumerate(mus)]
+    """Members with TrueSkill ratings of these mu (sigma 3)."""
+    return [{"name": f"{prefix}{i}", "rating": {"system": "trueskill", "mu": mu, "sigma": 3.0}}
+            for i, mu in enumerate(mus)]
 
 
 def test_matchmake_covers_everyone_and_is_deterministic():
@@ -415,7 +383,7 @@ def test_matchmake_prefers_balanced_pairs():
     teachers, students = rated("t", [20.0, 32.0]), rated("s", [20.0, 32.0])
     balanced = sum(sorted(train.matchmake(teachers, students, random.Random(seed))) == [("t0", "s0"), ("t1", "s1")]
                    for seed in range(2000)) / 2000
-    w = lambda s, t: (lambda p: p * (1 - p))(ratings.win_probability(s, t))  # noqa: E731
+    w = lambda s, t: (lambda p: p * (1 - p))(ratings.win_probability(s["rating"], t["rating"]))  # noqa: E731
     # whichever teacher draws first picks its balanced partner with probability w_bal / (w_bal + w_crossed)
     expect = statistics.mean([w(students[0], teachers[0]) / (w(students[0], teachers[0]) + w(students[1], teachers[0])),
                               w(students[1], teachers[1]) / (w(students[1], teachers[1]) + w(students[0], teachers[1]))])
@@ -428,7 +396,8 @@ def test_matchmake_prefers_balanced_pairs():
 def checkpointed(tiny_dir, tmp_path, step=3):
     model, _, _, members = make_population(tiny_dir, roles=["teacher", "student", "student"])
     optimizers = {m["name"]: sgd_step(model, m["name"], lr=1e-3) for m in members}
-    members[1]["mu"], members[1]["sigma"] = 27.5, 4.25
+    # a rated member: its rating differs from a new one's
+    members[1]["rating"] = ratings.update(members[0]["rating"], members[1]["rating"], 1)[1]
     members[2]["lineage"].append({"step": 2, "parents": [0, 1], "operator": "linear_0_5"})
     archive = {"code_i": [{"program": "def f(x):\n    return x", "input": "1", "output": "1"}], "code_o": [],
                "code_f": [{"program": "def f(a):\n    return -a", "inputs": ["1"], "outputs": ["-1"], "message": "negate"}]}
@@ -459,6 +428,22 @@ def test_checkpoint_round_trip_is_exact(tiny_dir, tmp_path):
     base, _ = P.load_base(tiny_dir)
     peft_model = PeftModel.from_pretrained(base, os.path.join(folder, "adapters", "s1"), adapter_name="s1")
     assert all(torch.equal(v, P.get_adapter(peft_model, "s1")[k]) for k, v in P.get_adapter(model, "s1").items())
+
+
+def test_checkpoint_from_before_opaque_ratings_loads(tiny_dir, tmp_path):
+    """A checkpoint written when members carried TrueSkill's mu and sigma themselves loads into
+    ratings.py's value."""
+    folder, model, members, optimizers, state, archive = checkpointed(tiny_dir, tmp_path)
+    path = os.path.join(folder, "state.json")
+    saved = json.load(open(path))
+    for m in saved["members"]:
+        fields = ratings.flat(m.pop("rating"))
+        m.update(mu=fields["mu"], sigma=fields["sigma"])
+    json.dump(saved, open(path, "w"))
+    fresh, _, _, fresh_members = make_population(tiny_dir, roles=["teacher", "student", "student"], seed=9)
+    fresh_opt = {m["name"]: torch.optim.AdamW(P.trainable_params(fresh, m["name"]), lr=1e-3) for m in fresh_members}
+    P.load_checkpoint(folder, fresh, fresh_members, fresh_opt)
+    assert fresh_members == members and ratings.score(members[1]["rating"]) > ratings.score(members[0]["rating"])
 
 
 def test_latest_checkpoint_skips_incomplete(tiny_dir, tmp_path):

@@ -34,7 +34,8 @@ def test_bench_culls_whom_replacement_step_replaces():
         for role in ("teacher", "student"):
             for i in range(size):
                 members.append({"name": f"{role[0]}{i}", "role": role, "id": len(members),
-                                "mu": rng.uniform(15, 35), "sigma": rng.uniform(0.8, 8.4),
+                                "rating": {"system": "trueskill", "mu": rng.uniform(15, 35),
+                                           "sigma": rng.uniform(0.8, 8.4)},
                                 "born": None, "matches": 0})
         adapters = {m["name"]: adapter for m in members}
         for name in ratings.SELECTIONS:

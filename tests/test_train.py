@@ -10,6 +10,7 @@ with rewards that differ, through the same train_member / pg_loss main() uses.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -213,7 +214,9 @@ def test_one_teacher_one_student_with_seed_archive(tiny_dir, tmp_path, capsys):
     (True, 0.0, -0.3),      # never solved: teacher_reward_unsolved (here -0.3)
 ])
 def test_teacher_reward(valid, rate, expected):
-    assert train.teacher_reward(valid, rate, -0.3) == pytest.approx(expected)
+    proposal = {"valid": valid, "solve_rate": rate}
+    assert train.teacher_reward(proposal, dict(train.config, teacher_reward_unsolved=-0.3)) == \
+        pytest.approx(expected)
 
 
 def test_student_reward():
@@ -315,6 +318,35 @@ def test_bad_input_stops_at_start_up(tiny_dir, tmp_path, make, message):
     assert not any(n.startswith("step_") for n in os.listdir(tmp_path / "out")) if (tmp_path / "out").exists() else True
 
 
+# ----------------------------------------------------------------------------- the swap points
+
+@pytest.mark.parametrize("key", sorted(train.SWAPS))
+def test_a_swap_name_with_no_entry_stops_at_start_up(tiny_dir, tmp_path, key):
+    """Every swap point's config key is checked against the table the step dispatches through: a
+    name with no entry stops the run before anything loads, listing the names there are."""
+    names = list(train.SWAPS[key])
+    with pytest.raises(SystemExit, match=re.escape(f"--{key} 'no_such': expected one of {names}")):
+        train.main(tiny_cfg(tiny_dir, tmp_path, **{key: "no_such"}))
+    assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def test_swap_tables_hold_only_hooks_the_step_calls():
+    """A misspelt hook name would be silently skipped by the step: every entry's keys are known ones,
+    the required one present, and each value callable; the config's comment names the table."""
+    hooks = {"teacher_reward": ({"reward"}, {"check", "start", "measure", "after_students"}),
+             "topup": ({"pick"}, {"prepare", "record"})}
+    for key, (required, optional) in hooks.items():
+        for name, entry in train.SWAPS[key].items():
+            assert required <= set(entry) <= required | optional, (key, name, set(entry))
+            assert all(callable(f) for f in entry.values())
+    for key in ("advantage", "match_rule"):
+        assert all(callable(f) for f in train.SWAPS[key].values())
+    helps = train.config_help(train.__file__)
+    for key, table in train.SWAPS.items():
+        table_name = next((n for n, v in vars(train).items() if v is table and n.isupper()), None)
+        assert (table_name and table_name in helps[key]) or all(n in helps[key] for n in table), key
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"teachers": 1, "students": 2}, r"the checkpoint has roles .* \(a population of 4\), this run has .* \(a population of 3\)"),
     ({"baseline": True}, r"this run has \['both'\] \(a population of 1\)"),
@@ -326,6 +358,32 @@ def test_resume_from_another_population_or_model_stops(run4, tiny_dir, overrides
     cfg = tiny_cfg(tiny_dir, out, steps=6, evolve_every=2, save_every=2, resume=str(out / "step_000004"))
     with pytest.raises(SystemExit, match=message):
         train.main(dict(cfg, **overrides))
+
+
+def test_resume_refuses_another_rating_system_before_the_model_loads(run4, tiny_dir, tmp_path, monkeypatch):
+    """A checkpoint's ratings are its rating system's own values: resuming them under another system
+    stops at start-up, naming both, before the (slow) model loads; a checkpoint from before --rating
+    existed is TrueSkill's."""
+    out, _ = run4
+    shutil.copytree(out / "step_000004", tmp_path / "step_000004")
+    state_path = tmp_path / "step_000004" / "state.json"
+    state = json.loads(state_path.read_text())
+    assert state["config"]["rating"] == "trueskill"
+    assert all(m["rating"]["system"] == "trueskill" for m in state["members"])
+    state["config"]["rating"] = "glicko"
+    state_path.write_text(json.dumps(state))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the checkpoint's rating system was checked")
+    monkeypatch.setattr(population, "load_base", no_model)
+    cfg = tiny_cfg(tiny_dir, tmp_path, steps=6, resume=str(tmp_path / "step_000004"))
+    message = "the checkpoint's ratings are 'glicko' ratings, this run has --rating 'trueskill'"
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        train.main(cfg)
+    del state["config"]["rating"]
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(AssertionError, match="the model loaded"):
+        train.main(cfg)
 
 
 # ----------------------------------------------------------------------------- distributed and vLLM

@@ -40,11 +40,14 @@ def test_novelty_is_the_mean_cosine_distance_to_the_nearest():
 
 def test_opensir_and_soar_teacher_rewards():
     cfg = dict(train.config, opensir_novelty_weight=0.5, opensir_band_low=0.2, opensir_band_high=0.8)
-    assert variants.opensir_teacher_reward(False, None, 0.9, cfg) == -1.0
-    assert variants.opensir_teacher_reward(True, 0.5, 0.4, cfg) == pytest.approx(0.5 * 1.0 + 0.5 * 0.4)
-    assert variants.opensir_teacher_reward(True, 1.0, 0.4, cfg) == pytest.approx(0.2)  # too easy: novelty only
-    assert variants.soar_teacher_reward(False, 0.3) == -1.0
-    assert variants.soar_teacher_reward(True, -0.25) == -0.25
+    def proposal(valid, rate, **measured):
+        return dict(valid=valid, solve_rate=rate, **measured)
+    assert variants.opensir_teacher_reward(proposal(False, None, novelty=0.9), cfg) == -1.0
+    assert variants.opensir_teacher_reward(proposal(True, 0.5, novelty=0.4), cfg) == pytest.approx(0.5 * 1.0 + 0.5 * 0.4)
+    # too easy: novelty only
+    assert variants.opensir_teacher_reward(proposal(True, 1.0, novelty=0.4), cfg) == pytest.approx(0.2)
+    assert variants.soar_teacher_reward(proposal(False, None, probe_gain=0.3), cfg) == -1.0
+    assert variants.soar_teacher_reward(proposal(True, 0.5, probe_gain=-0.25), cfg) == -0.25
 
 
 def problem(step, history=None, program="p"):
@@ -60,17 +63,17 @@ def test_leeps_splits_the_budget_by_portfolio_success():
                 problem(0), problem(0), problem(0), problem(0), problem(5)]
     vectors = torch.eye(9)
     good_exploit = {"exploit": [90, 100], "explore": [5, 100]}
-    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_exploit)
+    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), {'embeddings': vectors, 'stats': good_exploit})
     assert len(picks) == len(set(picks)) == 4 and 8 not in picks
     assert sorted(picks) == [0, 1, 2, 3]  # exploit ~0.9 vs explore ~0.06: all 4 from exploit
     good_explore = {"exploit": [5, 100], "explore": [90, 100]}
-    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), vectors, good_explore)
+    picks = variants.leeps_pick(problems, 5, 4, random.Random(0), {'embeddings': vectors, 'stats': good_explore})
     assert sorted(picks) == [4, 5, 6, 7]
     # deterministic given the rng; more than there are: repeats
-    assert variants.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit) == \
-        variants.leeps_pick(problems, 5, 4, random.Random(3), vectors, good_exploit)
-    assert len(variants.leeps_pick(problems, 5, 12, random.Random(0), vectors, good_exploit)) == 12
-    assert variants.leeps_pick(problems, 0, 3, random.Random(0), vectors, good_exploit) == []
+    assert variants.leeps_pick(problems, 5, 4, random.Random(3), {'embeddings': vectors, 'stats': good_exploit}) == \
+        variants.leeps_pick(problems, 5, 4, random.Random(3), {'embeddings': vectors, 'stats': good_exploit})
+    assert len(variants.leeps_pick(problems, 5, 12, random.Random(0), {'embeddings': vectors, 'stats': good_exploit})) == 12
+    assert variants.leeps_pick(problems, 0, 3, random.Random(0), {'embeddings': vectors, 'stats': good_exploit}) == []
 
 
 def test_leeps_explore_follows_the_neighbours():
@@ -81,7 +84,7 @@ def test_leeps_explore_follows_the_neighbours():
     counts = [0, 0, 0, 0]
     rng = random.Random(1)
     for _ in range(200):
-        for i in variants.leeps_pick(problems, 1, 1, rng, vectors, stats, neighbours=1):
+        for i in variants.leeps_pick(problems, 1, 1, rng, {'embeddings': vectors, 'stats': stats}, neighbours=1):
             counts[i] += 1
     # weights ~ the neighbours' shares (1.0 vs the 0.05 floor), and the all-trivial one at the floor
     assert counts[2] > 5 * counts[3] and counts[2] > 5 * counts[1]
