@@ -56,6 +56,8 @@ from tqdm import tqdm
 import data
 import graders
 import logs
+import rollout
+import startup
 import train
 import verify
 from verify import TASKS
@@ -114,7 +116,7 @@ R1 = ("A conversation between User and Assistant. The user asks a question, and 
 
 def parse_config(defaults, argv):
     """train.py's CLI pattern: --key value / --key=value for every key, typed like its default."""
-    return train.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0],
+    return startup.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0],
                               source=__file__)
 
 
@@ -802,7 +804,7 @@ def crossplay(cfg):
     teacher of one checkpoint, not only the pairs matchmaking happened to draw. The teachers
     propose as in training (train.plan_step's references from the checkpoint's archive, the run's
     sampling settings), the sandbox keeps the valid problems, every solver attempts every valid
-    problem `crossplay_samples` times, and train.grade grades them. Writes crossplay.json
+    problem `crossplay_samples` times, and rollout.grade grades them. Writes crossplay.json
     (matrix[solver][teacher] = solve rate over that teacher's valid problems, None without one;
     the same per task type; each teacher's valid problems), crossplay.md and crossplay.png (the
     heat map) to --out (default: the checkpoint folder)."""
@@ -823,25 +825,25 @@ def crossplay(cfg):
     solvers = {row: slot for row, slot in rows.items() if roles.get(row) != "teacher"}
 
     def generate(requests, purpose):
-        seed = train.derive_seed(cfg["seed"], "crossplay", purpose)
+        seed = rollout.derive_seed(cfg["seed"], "crossplay", purpose)
         return engines.generate(engine, requests, run["temperature"], run["top_p"],
                                 run["max_new_tokens"], seed)
 
     def check(fn, jobs):
-        return train.run_verify(fn, jobs, run["validate_timeout"])
+        return rollout.run_verify(fn, jobs, run["validate_timeout"])
     rng = random.Random(cfg["seed"])
     # no students: plan_step draws no matches, only the teachers' references
     slots, _, shown = train.plan_step(dict(run, baseline=False), state["members"], teachers, [],
                                       problems, rng)
-    proposals = train.propose(slots, shown, problems, engine["tokenizer"], run, generate)
-    train.validate(proposals, state.get("step"), check)
+    proposals = rollout.propose(slots, shown, problems, engine["tokenizer"], run, generate)
+    rollout.validate(proposals, state.get("step"), check)
     matches = []
     for t in teachers:
         for slot in solvers.values():
             matches.append({"teacher": t["name"], "student": slot})
     topups = {(i, task): [] for i in range(len(matches)) for task in TASKS}
-    attempts = train.solve(matches, proposals, topups, problems, run, generate)
-    train.grade(attempts, check)
+    attempts = rollout.solve(matches, proposals, topups, problems, run, generate)
+    rollout.grade(attempts, check)
     result = crossplay_result(cfg, state, teachers, solvers, proposals, attempts)
     out = cfg["out"] or cfg["ckpt"]
     os.makedirs(out, exist_ok=True)
@@ -978,7 +980,7 @@ if __name__ == "__main__":
         crossplay(cfg)
     elif sys.argv[1:2] == ["fetch"]:
         description = data.__doc__.strip().split("\n\n")[0]
-        data.fetch(train.parse_config(data.config, sys.argv[2:], description, data.__file__))
+        data.fetch(startup.parse_config(data.config, sys.argv[2:], description, data.__file__))
     elif sys.argv[1:2] == ["selfcheck"]:
         cfg = check_config(parse_config(config, sys.argv[2:]))
         print(json.dumps(selfcheck(cfg)), flush=True)

@@ -26,6 +26,8 @@ Not covered: DoRA / lora bias / rsLoRA scaling differences between parents (all 
 config), factor-DARE, the ES form of weighted_multi, Fisher weights from optimizer state (pass them
 as per-module weights instead).
 """
+import inspect
+import json
 import math
 import re
 import time
@@ -673,18 +675,61 @@ CROSSOVERS = {
 }
 # coordinates unchanged per module: the donor's optimizer state stays valid
 SWAPS = ("module_swap", "layer_block_swap")
-# Our labels, the one numbering of this repository (docstrings above, bench/retention.py and
-# results/retention/, README): the controls first (M0 / X0 copy_parent, XL linear_0_5), then
-# M1-M6 and X1-X9, in design §7's order. The paper's figures number six mutations and nine
-# crossovers the same way but its text does not define them: every operator here but the
-# controls is our reconstruction, and which of the paper's each one matches is unknown.
-MUTATION_LABELS = {"copy_parent": "M0", "spectral_jitter": "M1", "gauss_rel": "M2",
-                   "component_resample": "M3", "scale_jitter": "M4", "rank_rotation": "M5",
-                   "input_noise": "M6"}
-CROSSOVER_LABELS = {"copy_parent": "X0", "linear_0_5": "XL", "module_swap": "X1",
-                    "layer_block_swap": "X2", "delta_lincomb_svd": "X3", "component_splice": "X4",
-                    "aligned_factor_avg": "X5", "core_ties": "X6", "core_dare": "X7",
-                    "weighted_multi": "X8", "delta_slerp": "X9"}
+# operators whose child does not depend on the generator; every other one draws from it (the
+# tests check both ways, so a new random operator needs no entry here)
+DETERMINISTIC = ("copy_parent", "linear_0_5", "delta_lincomb_svd", "aligned_factor_avg",
+                 "core_ties", "weighted_multi")
+# Our labels, the one numbering of this repository (bench/retention.py and results/retention/,
+# README), each the first word of its operator's docstring: the controls first (M0 / X0
+# copy_parent, XL linear_0_5), then M1-M6 and X1-X9, in design §7's order. The paper's figures
+# number six mutations and nine crossovers the same way but its text does not define them: every
+# operator here but the controls is our reconstruction, and which of the paper's each one matches
+# is unknown.
+MUTATION_LABELS = {name: re.match(r"[MX][0-9L]+", fn.__doc__).group()
+                   for name, fn in MUTATIONS.items()}
+CROSSOVER_LABELS = {name: re.match(r"[MX][0-9L]+", fn.__doc__).group()
+                    for name, fn in CROSSOVERS.items()}
+# parameters an operator takes that are not hyperparameters: its parents, its generator, and
+# weighted_multi's fitness (replacement_step computes it from the ratings)
+NOT_HYPERPARAMETERS = ("adapter", "fitter", "other", "generator", "fitness")
+
+
+def hyperparameters(fn):
+    """{name: default} of an operator's hyperparameters (what --evolve_hp may set)."""
+    found = {}
+    for name, parameter in inspect.signature(fn).parameters.items():
+        if name not in NOT_HYPERPARAMETERS:
+            found[name] = parameter.default
+    return found
+
+
+def operator_hp(text):
+    """--evolve_hp: a JSON object {operator: {hyperparameter: value}} (e.g. '{"gauss_rel":
+    {"sigma": 0.01}}'; "" = every operator at its defaults) -> that dict, checked against the
+    operators' signatures: ValueError naming an unknown operator or hyperparameter, and the valid
+    ones. A name of both tables (copy_parent) sets both."""
+    try:
+        hp = json.loads(text or "{}")
+    except ValueError as e:
+        example = json.dumps({"gauss_rel": {"sigma": 0.01}})
+        raise ValueError(f"not JSON ({e}); expected e.g. '{example}'")
+    if not isinstance(hp, dict):
+        raise ValueError("expected a JSON object {operator: {hyperparameter: value}}")
+    operators = sorted(set(MUTATIONS) | set(CROSSOVERS))
+    for name, values in hp.items():
+        if name not in operators:
+            raise ValueError(f"unknown operator {name!r}; operators: {operators}")
+        allowed = {}
+        for table in (MUTATIONS, CROSSOVERS):
+            if name in table:
+                allowed.update(hyperparameters(table[name]))
+        if not isinstance(values, dict):
+            raise ValueError(f"{name}: expected an object {{hyperparameter: value}}")
+        unknown = sorted(set(values) - set(allowed))
+        if unknown:
+            raise ValueError(f"{name}: unknown hyperparameter(s) {unknown}; {name} takes "
+                             f"{sorted(allowed)}")
+    return hp
 
 
 # ------------------------------------------------------------------- fail-safe and replacement step
@@ -778,7 +823,8 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     is modified.
 
     cfg: selection ("inherit"), evolve_frac (0.25), crossover_prob (0.5), mutations /
-    crossovers (comma-separated names); every operator runs with its defaults (docs/evolve.md §6).
+    crossovers (comma-separated names), evolve_hp (operator_hp's JSON; "": every operator runs
+    with its defaults, docs/evolve.md §6).
     Ranking and the child's rating go through ratings.py. Returns one record per child: {"name"
     (slot replaced), "id", "parents" [ids], "parent_names", "operator", "kind", "step", "adapter",
     "copy_optimizer_from" (name or None), "optimizer_donors" ({stem: parent name} for swaps, else
@@ -792,6 +838,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
     mutations = _names(cfg.get("mutations", ",".join(MUTATIONS)), MUTATIONS, "mutations")
     crossovers = _names(cfg.get("crossovers", ",".join(CROSSOVERS)), CROSSOVERS, "crossovers")
     selection = cfg.get("selection", "inherit")
+    operator_settings = operator_hp(cfg.get("evolve_hp", ""))
     by_role = ranked_roles(members, selection)
     children = []
     for ranked in by_role.values():
@@ -801,7 +848,7 @@ def replacement_step(members, adapters, cfg, generator, step, next_id):
         top = ranked[:math.ceil(n / 2)]
         for loser in ranked[n - n_culled(n, frac):]:
             parents, op, kind = _choose(top, mutations, crossovers, p_cross, generator)
-            hp = {}
+            hp = dict(operator_settings.get(op, {}))
             if op == "weighted_multi":
                 # [ours] fitness in units of a new member's rating uncertainty: T = 1 then tilts
                 # mildly, not a copy

@@ -119,6 +119,29 @@ def step_metrics(step, members, proposals, attempts, matches, problems, stats, c
     return row
 
 
+
+def step_row(step, members, proposals, attempts, matches, problems, stats, children, times,
+             seconds):
+    """The whole metrics.jsonl row of a step: step_metrics, the seconds of each phase (`times`) and
+    of the step, the rollout-trainer mismatch per member (vLLM engine only; None with hf or
+    nothing trained) and the generation throughput."""
+    row = step_metrics(step, members, proposals, attempts, matches, problems, stats, children)
+    row.update({f"time/{k}": v for k, v in times.items()})
+    for name, member_stats in stats.items():
+        row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
+        row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]
+    row["time/step"] = seconds
+    generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
+    row["tokens_per_s"] = generated / max(times["generate"], 1e-9)
+    return row
+
+
+def write_step(paths, wandb_run, row, samples):
+    """Rank 0: the step's row to metrics.jsonl (and wandb), its samples to samples.jsonl."""
+    write_lines(paths["metrics"], [row])
+    write_lines(paths["samples"], samples)
+    log_wandb(wandb_run, row, row["step"])
+
 def zero_variance(attempts):
     """Share of attempt groups (one problem's attempts by one student) whose rewards were all equal:
     no learning signal (TRR++ normalises within (member, role, task) groups, so such a group only

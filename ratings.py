@@ -125,7 +125,8 @@ def score(rating, selection="inherit"):
 
 
 def fitness(rating, selection="inherit"):
-    """score in units of a new member's uncertainty (evolve's weighted_multi: T = 1 tilts mildly)."""
+    """score in units of a new member's uncertainty (evolve's weighted_multi: T = 1 tilts
+    mildly)."""
     return score(rating, selection) / system_of(rating)["unit"]
 
 

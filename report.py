@@ -10,9 +10,9 @@ oscillation of figures 3 and 11 — and apart, on archive top-ups), difficulty (
 1 - solve rate of its valid problems, rewards), complexity (the four axes of the programs teachers
 wrote: valid code_i and code_o proposals), ratings (each member's rating and its band, TrueSkill
 mu +- sigma; evolution events as dotted lines), matches (outcome shares per step, and each
-member's running win rate from its own side), archive (CVT coverage and size per task type), student_vs_teacher (each student's
-solve rate against each teacher, averaged over a few windows of steps), entropy (per member, the
-spread of figure 18), response_len (tokens per teacher and student response), problem_solve_rates
+member's running win rate from its own side), archive (CVT coverage and size per task type),
+student_vs_teacher (each student's solve rate against each teacher, averaged over a few windows of
+steps), entropy (per member, the spread of figure 18), response_len (tokens per teacher and student response), problem_solve_rates
 (the newest checkpoint's archive: each attempted problem's solve rate, figure 8).
 Why its own file: plotting is a concern of its own, apart from scoring answers.
 Not covered: anything not in metrics.jsonl or the newest checkpoint's archive.jsonl (per-sample
@@ -216,25 +216,33 @@ def draw_all(runs, out):
     return figs
 
 
+def rating_series(run):
+    """{member: (steps, centre, low, high)} of each member's logged rating (ratings.band: TrueSkill
+    mu and mu +- sigma). Ratings of fields no system of ratings.py logs stop the report."""
+    series_of = {}
+    names = dict.fromkeys(name for _, (name, _) in keys([run], r"rating/([^/]+)/([^/]+)"))
+    for name in names:
+        x, centre, low, high = [], [], [], []
+        for r in run["rows"]:
+            flat = logs.logged_rating(r, name)
+            if not flat:
+                continue
+            band = ratings.band(flat)
+            if band is None:
+                raise SystemExit(f"report: {run['name']} logs ratings {sorted(flat)} that no "
+                                 f"system of ratings.SYSTEMS {list(ratings.SYSTEMS)} logs")
+            x.append(r["step"])
+            centre.append(band[0])
+            low.append(band[1])
+            high.append(band[2])
+        series_of[name] = (x, centre, low, high)
+    return series_of
+
+
 def _draw_ratings(ax, runs):
-    """Each member's rating and its band (ratings.band: TrueSkill mu +- sigma), evolution steps
-    dotted. Ratings of fields no system of ratings.py logs stop the report."""
+    """Each member's rating and its band (rating_series), evolution steps dotted."""
     for style, run in zip(STYLES * 4, runs):
-        names = dict.fromkeys(name for _, (name, _) in keys([run], r"rating/([^/]+)/([^/]+)"))
-        for colour, name in enumerate(names):
-            x, centre, low, high = [], [], [], []
-            for r in run["rows"]:
-                flat = logs.logged_rating(r, name)
-                if not flat:
-                    continue
-                band = ratings.band(flat)
-                if band is None:
-                    raise SystemExit(f"report: {run['name']} logs ratings {sorted(flat)} that no "
-                                     f"system of ratings.SYSTEMS {list(ratings.SYSTEMS)} logs")
-                x.append(r["step"])
-                centre.append(band[0])
-                low.append(band[1])
-                high.append(band[2])
+        for colour, (name, (x, centre, low, high)) in enumerate(rating_series(run).items()):
             ax[0].plot(x, centre, style, color=f"C{colour % 10}", label=tag(name, run, runs))
             ax[0].fill_between(x, low, high, color=f"C{colour % 10}", alpha=0.1)
         for step in evolution_steps(run):

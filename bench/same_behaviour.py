@@ -13,8 +13,8 @@ teacher reward with LEEPS's top-ups, and SOAR's teacher reward with its probe se
 tiny model every response is a format error, so every reward of a step is equal and no run updates
 an adapter (evolution alone changes them); the "update" check therefore also runs
 train.train_member on one member with rewards that differ, in both checkouts, and compares the
-adapter it leaves (sha256). A run whose folder already holds a finished metrics.jsonl is reused
-(--fresh runs it again).
+adapter it leaves (sha256). The reference's runs are reused once finished (--fresh runs them
+again); this checkout's always run.
 """
 import argparse
 import glob
@@ -53,7 +53,8 @@ cfg = dict(train.config, lora_rank=8, lora_alpha=16, lora_targets="q_proj,v_proj
            micro_batch_tokens=256)
 model, _ = population.init_population(base, tokenizer, cfg, ["student"])
 optimizer = torch.optim.AdamW(population.trainable_params(model, "s0"), lr=cfg["lr"])
-prompt = tokenizer("User: what is 6 * 7?\\nAssistant: <think>", add_special_tokens=False)["input_ids"]
+text = "User: what is 6 * 7?\\nAssistant: <think>"
+prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
 rewards = {" 42": 1.0, " 41": -0.5, " 7*6": -1.0}
 for _ in range(3):
     sequences = []
@@ -93,10 +94,10 @@ def checkpoint_files(out):
     return files
 
 
-def run(tree, out, flags, model_cache, fresh):
-    """train.py of checkout `tree` with `flags` into `out` (reused when finished and not fresh)."""
+def run(tree, out, flags, model_cache, reuse):
+    """train.py of checkout `tree` with `flags` into `out` (kept when finished and `reuse`)."""
     metrics = os.path.join(out, "metrics.jsonl")
-    if not fresh and os.path.exists(metrics) and len(read_jsonl(metrics)) == 6:
+    if reuse and os.path.exists(metrics) and len(read_jsonl(metrics)) == 6:
         return
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "train.py", *COMMON, *flags, "--out_dir", out,
@@ -133,7 +134,7 @@ def main():
     parser.add_argument("--ref", required=True, help="the reference checkout (a git worktree)")
     parser.add_argument("--out", default="/tmp/same_behaviour", help="runs go under OUT/{ref,here}")
     parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated names of RUNS")
-    parser.add_argument("--fresh", action="store_true", help="run again even what is finished")
+    parser.add_argument("--fresh", action="store_true", help="run the reference's runs again too")
     args = parser.parse_args()
     model_cache = os.path.join(ROOT, "out", ".tiny")
     trees = {"ref": os.path.abspath(args.ref), "here": ROOT}
@@ -141,7 +142,8 @@ def main():
     for name in args.runs.split(","):
         for tag, tree in trees.items():
             os.makedirs(os.path.join(args.out, tag), exist_ok=True)
-            run(tree, os.path.join(args.out, tag, name), RUNS[name], model_cache, args.fresh)
+            reuse = tag == "ref" and not args.fresh
+            run(tree, os.path.join(args.out, tag, name), RUNS[name], model_cache, reuse)
         a, b = (os.path.join(args.out, tag, name) for tag in trees)
         result["runs"][name] = compare(a, b)
     digests = {}

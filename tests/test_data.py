@@ -16,6 +16,7 @@ import pytest
 
 import data
 import evaluate
+import startup
 import train
 from conftest import ROOT, SHARED
 
@@ -152,16 +153,16 @@ def test_missing_data_stops_with_the_fetch_command(tmp_path, tiny_dir):
     with pytest.raises(SystemExit, match=r"7b_coder_seed_io: .*python evaluate\.py fetch"):
         train.main(cfg)
     # explicit choices need no data; tiny and tiny-warm have their own defaults
-    assert train.seed_files(dict(cfg, seed_archive="identity")) == ""
-    assert train.seed_files(dict(cfg, model="tiny")) == ""
-    assert train.seed_files(dict(cfg, seed_archive="a.jsonl,b.jsonl")) == "a.jsonl,b.jsonl"
+    assert startup.seed_files(dict(cfg, seed_archive="identity")) == ""
+    assert startup.seed_files(dict(cfg, model="tiny")) == ""
+    assert startup.seed_files(dict(cfg, seed_archive="a.jsonl,b.jsonl")) == "a.jsonl,b.jsonl"
 
 
 def test_default_seed_archive_reads_the_fetched_files(tmp_path, tiny_dir):
     """With both seed archives in data_dir the default resolves to them (the README's paper command has no flag)."""
     for name in data.SEEDS:
         (tmp_path / f"{name}.jsonl").write_text("{}\n")
-    files = train.seed_files(dict(train.config, model=tiny_dir, data_dir=str(tmp_path)))
+    files = startup.seed_files(dict(train.config, model=tiny_dir, data_dir=str(tmp_path)))
     assert files.split(",") == [str(tmp_path / f"{name}.jsonl") for name in data.SEEDS]
 
 
@@ -171,7 +172,7 @@ def test_help_shows_every_keys_comment_and_default(command):
     module = {"train.py": train, "evaluate.py": evaluate}[command[0]]
     if command[1:] == ["fetch"]:
         module = data
-    helps = train.config_help(module.__file__)
+    helps = startup.config_help(module.__file__)
     assert set(helps) == set(module.config)
     assert all(helps.values()), [key for key, text in helps.items() if not text]
     out = subprocess.run([sys.executable, *command, "--help"], cwd=ROOT, capture_output=True, text=True,
@@ -199,8 +200,8 @@ def test_config_help_reads_continuations_and_group_comments(tmp_path):
                       '    b="x#y",\n'
                       '    c=2,  # 50% of it\n'
                       ')\n')
-    assert train.config_help(str(source)) == {"a": "one and more", "b": "what b is over two lines", "c": "50% of it"}
-    cfg = train.parse_config({"a": 1, "b": "x#y", "c": 2}, ["--c", "3"], "d", str(source))
+    assert startup.config_help(str(source)) == {"a": "one and more", "b": "what b is over two lines", "c": "50% of it"}
+    cfg = startup.parse_config({"a": 1, "b": "x#y", "c": 2}, ["--c", "3"], "d", str(source))
     assert cfg == {"a": 1, "b": "x#y", "c": 3}
 
 

@@ -256,3 +256,22 @@ def test_nothing_outside_tests_points_outside_the_repository():
                 if needle in line:
                     problems.append(f"{path}:{n}: {needle!r}: {line.strip()[:80]}")
     assert not problems, "\n".join(problems)
+
+
+def test_one_numbering_of_the_step_phases():
+    """Issue 25: README's "The algorithm on one screen", train.py's docstring and the `ALGO n`
+    comments of train.main's loop number the step's phases the same way, in the order they run."""
+    readme = read("README.md")
+    screen = readme.split("## The algorithm on one screen", 1)[1].split("\n## ", 1)[0]
+    phases = re.findall(r"^(\d+)\. \*\*([^*]+)\*\*", screen, re.M)
+    assert [int(n) for n, _ in phases] == list(range(1, len(phases) + 1)) and len(phases) >= 8
+    names = [name.strip().lower() for _, name in phases]
+    source = read("train.py")
+    main = source.split("\ndef main(", 1)[1]
+    comments = re.findall(r"# ---- ALGO (\d+): (.+)", main)
+    assert [int(n) for n, _ in comments] == list(range(1, len(names) + 1)), comments
+    for (n, text), name in zip(comments, names):
+        assert text.lower().startswith(name), f"ALGO {n}: {text!r} is README's {name!r}"
+    docstring = " ".join(source.split('"""', 2)[1].split())
+    listed = ", ".join(f"{n} {name}" for n, name in enumerate(names, 1))
+    assert listed in docstring, listed

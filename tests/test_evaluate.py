@@ -364,6 +364,21 @@ def test_report_writes_every_figure(tmp_path):
     assert r.returncode != 0 and "metrics.jsonl not found" in r.stderr
 
 
+def test_report_draws_every_members_rating_or_stops():
+    """Issue 25: the ratings figure reads ratings through ratings.band; a member with ratings logged
+    has a point per step, and fields no rating system logs stop the report (it drew an empty figure)."""
+    import report
+    rows = [json.loads(line) for line in open(os.path.join(os.path.dirname(FIX), "metrics_small.jsonl"))]
+    series = report.rating_series({"name": "pop", "rows": rows})
+    members = {k.split("/")[1] for k in rows[0] if k.startswith("rating/")}
+    assert set(series) == members and members
+    for x, centre, low, high in series.values():
+        assert len(x) == len(rows) and all(lo <= c <= hi for lo, c, hi in zip(low, centre, high))
+    odd = [{"step": 0, "rating/t0/glicko_rd": 1.0}]
+    with pytest.raises(SystemExit, match=r"logs ratings \['glicko_rd'\] that no system"):
+        report.rating_series({"name": "odd", "rows": odd})
+
+
 # ------------------------------------------------------------------------ the real data (../shared)
 
 @pytest.mark.slow

@@ -15,9 +15,8 @@ R = 4
 # (out, in)
 SHAPES = {"self_attn.q_proj": (48, 64), "self_attn.k_proj": (16, 64), "mlp.down_proj": (64, 96)}
 OPS = [("mutation", n) for n in evolve.MUTATIONS] + [("crossover", n) for n in evolve.CROSSOVERS]
-STOCHASTIC = {"spectral_jitter", "gauss_rel", "component_resample", "scale_jitter", "rank_rotation",
-              "input_noise", "module_swap", "layer_block_swap", "component_splice", "core_dare",
-              "delta_slerp"}
+# every operator but evolve.DETERMINISTIC's draws from its generator (a new one needs no line here)
+STOCHASTIC = (set(evolve.MUTATIONS) | set(evolve.CROSSOVERS)) - set(evolve.DETERMINISTIC)
 A, B = evolve.A_KEY, evolve.B_KEY
 
 
@@ -610,6 +609,29 @@ def test_replacement_step_records():
             assert list(r["adapter"]) == list(adapters[r["name"]])
             assert r["info"]["operator"] == r["operator"]
     assert all(torch.equal(adapters[n][k], v[k]) for n, v in before.items() for k in v)
+
+
+def test_operator_hyperparameters_from_the_config():
+    """--evolve_hp reaches the operators the replacement step runs, and a name no operator or
+    signature has is refused naming the valid ones."""
+    assert evolve.operator_hp("") == {}
+    assert evolve.hyperparameters(evolve.gauss_rel) == {"sigma": 0.02, "module_frac": 1.0}
+    members, adapters = population([30.0, 20.0, 25.0, 10.0])
+    cfg = dict(mutations="gauss_rel", crossovers="", crossover_prob=0.0)
+    noisy = step(members, adapters, **cfg)
+    still = step(members, adapters, evolve_hp='{"gauss_rel": {"sigma": 0.0}}', **cfg)
+    for a, b in zip(noisy, still):
+        parent = adapters[b["parent_names"][0]]
+        assert all(torch.equal(b["adapter"][k], v) for k, v in parent.items())  # sigma 0: a copy
+        assert not all(torch.equal(a["adapter"][k], v) for k, v in parent.items())
+    with pytest.raises(ValueError, match=r"unknown operator 'gauss'; operators: \[.*'gauss_rel'"):
+        evolve.operator_hp('{"gauss": {"sigma": 0.1}}')
+    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) \['sgima'\]; gauss_rel takes \['module_frac', 'sigma'\]"):
+        evolve.operator_hp('{"gauss_rel": {"sgima": 0.1}}')
+    with pytest.raises(ValueError, match="fitness"):
+        evolve.operator_hp('{"weighted_multi": {"fitness": [1, 2]}}')
+    with pytest.raises(ValueError, match="not JSON"):
+        evolve.operator_hp("sigma=0.1")
 
 
 def test_replacement_step_never_replaces_the_best_and_is_reproducible():

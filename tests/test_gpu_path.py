@@ -19,6 +19,7 @@ import distributed
 import engines
 import logs
 import population
+import rollout
 import train
 import verify
 
@@ -210,7 +211,7 @@ def test_seed_archive_takes_several_files(tmp_path):
     f_only.write_text("\n".join(line for line in lines if '"inputs"' in line) + "\n")
 
     def check(jobs):
-        return train.run_verify(verify.validate, jobs, 5.0)
+        return rollout.run_verify(verify.validate, jobs, 5.0)
     problems, line = archive.seed_archive(f"{io_only},{f_only}", check)
     single, _ = archive.seed_archive(seeds, check)
     assert {t: len(p) for t, p in problems.items()} == {t: len(p) for t, p in single.items()}

@@ -20,7 +20,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import ROOT
+import checkpoint
 import population
+import ratings
+import rollout
+import startup
 import train
 import verify
 
@@ -276,18 +280,18 @@ def test_learning_raises_the_rewarded_answer(tiny_dir):
 # ----------------------------------------------------------------------------- command line and bad input
 
 def test_cli_types_bools_and_errors(capsys):
-    cfg = train.parse_config(train.config, ["--teachers", "2", "--lr=0.5", "--baseline", "--model", "tiny",
-                                            "--resume=auto", "--evolve_every", "-1"])
+    cfg = train.parse_args(["--teachers", "2", "--lr=0.5", "--baseline", "--model", "tiny", "--resume=auto",
+                            "--evolve_every", "-1"])
     assert (cfg["teachers"], cfg["lr"], cfg["baseline"], cfg["model"], cfg["resume"], cfg["evolve_every"]) == \
         (2, 0.5, True, "tiny", "auto", -1)
-    assert train.parse_config(train.config, ["--baseline=False", "--lr", "1"])["baseline"] is False
-    assert isinstance(train.parse_config(train.config, ["--lr", "1"])["lr"], float)
+    assert train.parse_args(["--baseline=False", "--lr", "1"])["baseline"] is False
+    assert isinstance(train.parse_args(["--lr", "1"])["lr"], float)
     for argv, message in ((["--nope", "1"], "unrecognized arguments: --nope"),
                           (["--teach", "2"], "unrecognized arguments: --teach"),  # no abbreviations
                           (["--steps", "2.5"], "invalid int value: '2.5'"),
                           (["--baseline=maybe"], "expected true or false")):
         with pytest.raises(SystemExit) as e:
-            train.parse_config(train.config, argv)
+            train.parse_args(argv)
         assert e.value.code == 2 and message in capsys.readouterr().err
 
 
@@ -304,12 +308,13 @@ def bad_seed_file(tmp_path):
     (lambda tmp: {"micro_batch_tokens": 0}, r"--micro_batch_tokens 0: must be >= 1"),
     (lambda tmp: {"engine": "fast"}, r"--engine 'fast': expected one of"),
     (lambda tmp: {"mutations": "gauss_rel,no_such_op"}, r"--mutations 'gauss_rel,no_such_op': expected names of"),
+    (lambda tmp: {"evolve_hp": '{"gauss_rel": {"sgima": 1}}'}, r"--evolve_hp .*: gauss_rel: unknown hyperparameter"),
     (lambda tmp: {"model": str(tmp / "no" / "such" / "model")}, r"--model '.*no/such/model': cannot load it"),
     (bad_seed_file, r"--seed_archive '.*seeds.jsonl': .* at line 3; expected JSON lines"),
     (lambda tmp: {"seed_archive": str(tmp / "missing.jsonl")}, r"--seed_archive '.*missing.jsonl': FileNotFoundError"),
     (lambda tmp: {"out_dir": str(tmp / "a_file" / "out")}, r"--out_dir '.*a_file/out' is not writable"),
     (lambda tmp: {"resume": str(tmp)}, r"--resume '.*': not a readable checkpoint folder"),
-], ids=["teachers0", "students0", "micro_batch0", "engine", "operator", "model_path", "seed_line", "seed_file",
+], ids=["teachers0", "students0", "micro_batch0", "engine", "operator", "evolve_hp", "model_path", "seed_line", "seed_file",
         "out_dir", "resume_not_checkpoint"])
 def test_bad_input_stops_at_start_up(tiny_dir, tmp_path, make, message):
     (tmp_path / "a_file").write_text("not a folder")
@@ -341,10 +346,12 @@ def test_swap_tables_hold_only_hooks_the_step_calls():
             assert all(callable(f) for f in entry.values())
     for key in ("advantage", "match_rule"):
         assert all(callable(f) for f in train.SWAPS[key].values())
-    helps = train.config_help(train.__file__)
+    helps = startup.config_help(train.__file__)
     for key, table in train.SWAPS.items():
-        table_name = next((n for n, v in vars(train).items() if v is table and n.isupper()), None)
-        assert (table_name and table_name in helps[key]) or all(n in helps[key] for n in table), key
+        where = {"": train, "rollout.": rollout, "ratings.": ratings}
+        names = [prefix + n for prefix, module in where.items() for n, v in vars(module).items()
+                 if v is table and n.isupper()]
+        assert any(name in helps[key] for name in names), (key, names, helps[key])
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -429,10 +436,10 @@ def test_old_archive_without_golds_is_upgraded_on_resume():
     import archive
 
     def check(jobs):
-        return train.run_verify(verify.validate, jobs, 5.0)
+        return rollout.run_verify(verify.validate, jobs, 5.0)
     problems, _ = archive.seed_archive(os.path.join(FIXTURES, "train_seeds.jsonl"), check)
     old = {task: [{k: v for k, v in p.items() if k != "gold"} for p in items] for task, items in problems.items()}
     old["code_o"].append(dict(old["code_o"][0], output="'not what it returns'"))
-    upgraded = train.upgrade_archive(old, dict(train.config))
+    upgraded = checkpoint.upgrade_archive(old, dict(train.config))
     assert upgraded == problems
-    assert train.upgrade_archive(problems, dict(train.config)) == problems
+    assert checkpoint.upgrade_archive(problems, dict(train.config)) == problems
