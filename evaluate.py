@@ -117,7 +117,7 @@ R1 = ("A conversation between User and Assistant. The user asks a question, and 
 def parse_config(defaults, argv):
     """train.py's CLI pattern: --key value / --key=value for every key, typed like its default."""
     return startup.parse_config(defaults, argv, description=__doc__.strip().split("\n\n")[0],
-                              source=__file__)
+                                source=__file__)
 
 
 def check_config(cfg):
