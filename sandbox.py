@@ -32,7 +32,7 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
   3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
      run with -S. Model programs (validation and grading) also run under an audit hook that refuses
      imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
-     anything but the job's code, code objects, frames and restricted attributes (zygote._audit).
+     anything but the job's code, code objects, frames and restricted attributes (zygote._audit_hook).
   4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
      replaced.
   5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs

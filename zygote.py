@@ -5,7 +5,7 @@ pool, and what it keeps in memory every child inherits.
 
   python zygote.py --worker N HOMES UID_BASE PROGRAMS KIND [SITE ...]   (started by sandbox._start)
 
-The child side (_child, _evaluate, _audit) runs model and benchmark code; everything it needs is
+The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs is
 bound here before layer 3 disables os functions for user code.
 """
 import ctypes
@@ -42,7 +42,7 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
 # widened to the pure computing modules of the standard library), loaded in every zygote: a
-# validation or grading child may import nothing else (_audit)
+# validation or grading child may import nothing else (_audit_hook)
 ALLOWED_MODULES = ("collections collections.abc itertools functools operator math cmath "
                    "statistics fractions decimal numbers heapq bisect array copy string re "
                    "textwrap unicodedata typing enum json json.decoder json.encoder json.scanner "
@@ -119,50 +119,62 @@ _AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases
                    "__defaults__", "__kwdefaults__"}
 # the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
 _NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
-# whether the hook is armed (in a child, from just before the program runs), the job's own code
-# objects, and whether the next exec is of a compile allowed just before
-_audit_state = {"armed": False, "ours": (), "granted": False}
+# the event that arms the hook: raised by the harness (_watch) with the job's own code objects
+_ARM = "populora.arm"
 
 
 def _watch(job):
-    """Arm layer 3 in a validation or grading child (see _audit; its zygote installed the hook,
+    """Arm layer 3 in a validation or grading child (see _audit_hook; its zygote installed the hook,
     disarmed, and kept only the allowed modules in sys.modules: _models_only)."""
-    _audit_state["ours"] = (job["code"], *job.get("calls", ()))
-    _audit_state["armed"] = True
+    sys.audit(_ARM, (job["code"], *job.get("calls", ())))
 
 
-def _audit(event, args):
-    """The audit hook of layer 3: returns for what computing needs, raises for the rest (an import
-    of a module not allowed, open, compile, exec of code that is not the job's, a code object or
-    function made, a frame, a restricted attribute read such as gi_frame or __code__, os / ctypes /
-    socket / marshal / gc / ... events). sys._getframe raises ValueError, which typing, enum and
-    namedtuple catch."""
-    if not _audit_state["armed"] or event in _AUDIT_PASS:
-        return
-    if event == "exec":
-        # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
-        for code in _audit_state["ours"]:
-            if args[0] is code:
+def _audit_hook():
+    """-> the audit hook of layer 3 (a fresh one, disarmed). Its state lives in this closure, which
+    nothing but the hook (held by the interpreter, and by no Python object: sys offers no way to
+    list hooks; gc's listings are refused events) can reach, and it changes one way only: the first
+    _ARM event arms it for good with the job's code objects; a second one is refused. So no data
+    write by user code can disarm it or widen what it lets through.
+
+    Armed, it returns for what computing needs and raises for the rest (an import of a module not
+    allowed, open, compile, exec of code that is not the job's, a code object or function made, a
+    frame, a restricted attribute read such as gi_frame or __code__, os / ctypes / socket / marshal
+    / gc / ... events). sys._getframe raises ValueError, which typing, enum and namedtuple catch."""
+    # armed, the job's code objects, whether the next exec is of a compile allowed just before
+    state = {"armed": False, "ours": (), "granted": False}
+
+    def hook(event, args):
+        if not state["armed"]:
+            if event == _ARM:
+                state.update(armed=True, ours=args[0])
+            return
+        if event in _AUDIT_PASS:
+            return
+        if event == "exec":
+            # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
+            for code in state["ours"]:
+                if args[0] is code:
+                    return
+            if state["granted"]:
+                state["granted"] = False
                 return
-        if _audit_state["granted"]:
-            _audit_state["granted"] = False
-            return
-    elif event == "compile":
-        # eval hands the hook its text as UTF-8 bytes
-        source = args[0]
-        if type(source) is bytes:
-            source = source.decode("utf-8", "replace")
-        if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
-            _audit_state["granted"] = True
-            return
-    # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
-    # function's __code__ nor an object's __class__
-    elif event in ("object.__setattr__", "object.__delattr__"):
-        if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
-            return
-    elif event == "sys._getframe":
-        raise ValueError("no frames in the sandbox")
-    raise RuntimeError(f"not allowed in the sandbox: {event}")
+        elif event == "compile":
+            # eval hands the hook its text as UTF-8 bytes
+            source = args[0]
+            if type(source) is bytes:
+                source = source.decode("utf-8", "replace")
+            if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
+                state["granted"] = True
+                return
+        # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
+        # function's __code__ nor an object's __class__
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
+                return
+        elif event == "sys._getframe":
+            raise ValueError("no frames in the sandbox")
+        raise RuntimeError(f"not allowed in the sandbox: {event}")
+    return hook
 
 
 def _encoded(value):
@@ -379,7 +391,7 @@ CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-
 
 def _models_only():
     """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
-    codecs' and warnings (children import nothing: _audit refuses it), so that os, sys, ctypes,
+    codecs' and warnings (children import nothing: _audit_hook refuses it), so that os, sys, ctypes,
     builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
     here, disarmed, its code made ready (quickened) here rather than written in every child."""
     import codecs
@@ -393,14 +405,16 @@ def _models_only():
         if top.lstrip("_") in keep or top in ("encodings", "codecs", "_codecs", "warnings"):
             continue
         del sys.modules[name]
+    # a hook of the same code, armed and run here, then dropped: its code is quickened here rather
+    # than written in every child
     code = compile("0", "<w>", "eval")
-    _audit_state.update(armed=True, ours=(code,))
+    warm = _audit_hook()
+    warm(_ARM, ((code,),))
     for _ in range(9):
-        _audit("builtins.id", (0,))
-        _audit("exec", (code,))
-    _audit_state.update(armed=False, ours=())
+        warm("builtins.id", (0,))
+        warm("exec", (code,))
     # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
-    sys.addaudithook(_audit)
+    sys.addaudithook(_audit_hook())
 
 
 def _load_libc():
