@@ -467,13 +467,21 @@ def screened(text, mode="exec"):
 
 
 # code objects of the texts screened lately, compiled from the tree that was screened (one parse
-# per text; bounded: a text no longer here is parsed and screened again)
-_CODES = {}
+# per text; bounded: a text no longer here is parsed and screened again), and their characters
+_CODES, _CODES_CHARS = {}, [0]
+# [ours] the bounds of that cache: texts, and characters (a code object costs the parent ~7 bytes
+# per character of its text: 8 M characters ~ 55 MB, where 8,192 programs of 50 KB were ~2.7 GB)
+CODES_TEXTS = 8192
+CODES_CHARS = 8_000_000
 
 
 def _keep(text, mode, tree):
-    if len(_CODES) >= 8192:
+    if (text, mode) in _CODES:
+        return
+    if len(_CODES) >= CODES_TEXTS or _CODES_CHARS[0] + len(text) > CODES_CHARS:
         _CODES.clear()
+        _CODES_CHARS[0] = 0
+    _CODES_CHARS[0] += len(text)
     names = {"exec": "<program>", "eval": "<call>"}
     _CODES[text, mode] = quiet(compile, tree, names[mode], mode, dont_inherit=True)
 

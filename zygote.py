@@ -38,6 +38,9 @@ STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
+# a child's time limit is CPU seconds; one still running after WALL_FACTOR times that (+ 1 s) of
+# wall clock (asleep, blocked, or starved on a host loaded far past its cores) is killed too
+WALL_FACTOR = 4
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
@@ -233,15 +236,18 @@ class _GuardHook:
         return spec
 
 
-def _child(settings, requests, wfd, limits, uid):
+def _child(settings, requests, wfd, limits, uid, token):
     """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
     job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
     while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
     passes through the zygote, of which every later child is a copy; acknowledge it (a byte of a
-    page shared with the zygote: the pipe is in step), finish the lock-down, run, write one JSON line
-    to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
+    page shared with the zygote: the pipe is in step), finish the lock-down, run, write `token` (the
+    zygote's, for this job) and one JSON line to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
     user code); user code starts after every limit."""
     try:
+        # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
+        # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
+        signal.setitimer(signal.ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
             _setuid(uid)
@@ -269,7 +275,7 @@ def _child(settings, requests, wfd, limits, uid):
         error = escape("sandbox set-up failed: " + describe(e))
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
     try:
-        _write_all(wfd, line.encode())
+        _write_all(wfd, token + line.encode())
     except BaseException:
         pass
     _exit(0)
@@ -555,9 +561,9 @@ def _serve(requests, replies, jobs, uid):
         settings = dict(zip(("length", "timeout_ms", "memory_mb", "stdout_cap"), numbers))
         # unguessable: no child can prepare the next one's
         workdir = f"{jobs}/{os.urandom(8).hex()}"
-        header, size, retire = _job(settings, requests, workdir, uid, view)
+        header, start, size, retire = _job(settings, requests, workdir, uid, view)
         _write_all(replies, header)
-        _write_all(replies, view[:size])
+        _write_all(replies, view[start:size])
         result.madvise(mmap.MADV_DONTNEED, 0, size)
         if retire:
             return
@@ -565,14 +571,16 @@ def _serve(requests, replies, jobs, uid):
 
 def _job(settings, requests, workdir, uid, view):
     """Fork a child for one job in a fresh cwd, made here and given to the child's uid; the child
-    reads the job from `requests`. Wait for its acknowledgement, result line and exit within the
-    deadline, kill it, clean up. Reads the child's line into `view` -> (header
-    b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where the line is
-    the child's or one of ours,
-    and retire says the clean-up failed or the request pipe may be out of step (no
+    reads the job from `requests`. Wait for its acknowledgement, result line and exit (its CPU time
+    is limited in the child; here, the wall-clock backstop), kill it, clean up. Reads the child's
+    output into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", start and end of the
+    line in view, retire), where the line is the one the harness wrote after this job's token, or
+    one of ours, and retire says the clean-up failed or the request pipe may be out of step (no
     acknowledgement in the shared page)."""
     timeout = settings["timeout_ms"] / 1000
     cap = min(settings["stdout_cap"], STDOUT_CAP)
+    # a child's limit is CPU time (_child); the wall clock only ends one that sleeps or waits
+    backstop = timeout * WALL_FACTOR + 1.0
     _out.buffer.cap = cap
     limits = _limits(settings["memory_mb"], timeout, uid)
     # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
@@ -589,6 +597,10 @@ def _job(settings, requests, workdir, uid, view):
             os.pwrite(fd, b"%d" % (int.from_bytes(os.urandom(4), "little") % top), 0)
         except OSError:
             pass
+    # the child writes it before its line: a line without it is not the harness's (user code that
+    # found the pipe cannot know it: it lives in this frame and the child's, which the armed audit
+    # hook keeps user code out of)
+    token = os.urandom(16).hex().encode()
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
     # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
@@ -598,11 +610,11 @@ def _job(settings, requests, workdir, uid, view):
         raise OSError("fork failed")
     if pid == 0:
         _close(r)
-        _child(settings, requests, w, limits, uid)
+        _child(settings, requests, w, limits, uid, token)
     _close(w)
     # JSON escapes grow text 6x (\uXXXX)
-    limit = min(cap * 6 + (1 << 20), len(view))
-    size, error = _read_line(r, view, limit, start + timeout)
+    limit = min(cap * 6 + (1 << 20) + len(token), len(view))
+    size, error = _read_line(r, view, limit, start + backstop)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
     _kill_pid(pid, signal.SIGKILL)
@@ -616,14 +628,17 @@ def _job(settings, requests, workdir, uid, view):
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
     one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
-    if in_step and not error and one_line:
-        # exactly one line, the child's (the parent checks it all)
-        return header, size, retire
+    ours = view[:len(token)] == token
+    if in_step and not error and one_line and ours:
+        # exactly one line, the harness's (the parent checks it all)
+        return header, len(token), size, retire
+    if not error and one_line and not ours:
+        error = "a result line the harness did not write"
     if not error:
         error = _no_result(status, size)
     line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
     view[:len(line)] = line
-    return header, len(line), retire
+    return header, 0, len(line), retire
 
 
 def _limits(memory_mb, timeout, uid):
@@ -660,6 +675,9 @@ def _no_result(status, size):
     code = os.waitstatus_to_exitcode(status)
     if size:
         return "malformed result"
+    # its CPU time spent (_child's timer, RLIMIT_CPU)
+    if -code in (signal.SIGPROF, signal.SIGXCPU):
+        return "timeout"
     if code < 0 and -code != signal.SIGKILL:
         return f"crashed ({signal.Signals(-code).name})"
     return f"exited (code {code}) without a result"

@@ -36,8 +36,8 @@ def verdicts(task, problem, answers):
 # programs that behave differently when they can tell how they are called; each with an input on
 # which validation must give the same value that grading computes for that input
 TELLING = {
-    # the candidate arguments of code_i grading as a global
-    "grading_global": ("def f(x):\n    try:\n        __args__\n        return 'graded'\n"
+    # the candidate arguments of code_i grading as a global (once __args__, now a banned dunder)
+    "grading_global": ("def f(x):\n    try:\n        args\n        return 'graded'\n"
                        "    except NameError:\n        return x * 2", "21"),
     # aliasing an input builds (a value passed twice) that plain data cannot carry
     "aliased_arguments": ("def f(a, b):\n    a.append(1)\n    return [len(b), a]", "*[[0]] * 2"),
