@@ -18,23 +18,25 @@ what it measured itself (pid, the child's CPU seconds from wait4), empties the j
 private tmpfs folders, checks the jobs folder is still its own, and retires if anything fails. No
 gold ever enters a child: a child returns a canonical encoding of each value (encoding.py: exact
 builtin and collections/fractions/decimal types, checked with the real `type`, size, depth and
-hash collisions capped) and the parent decides (verify.py). User code can write the result line
-itself, so the parent parses every line as hostile (_parse_answer): schema, types, caps, one entry
-per call; a bad line fails its job alone. Results pass through an mmap buffer the children do not
-inherit, given back to the kernel after each job.
+hash collisions capped) and the parent decides (verify.py). A line counts only after its job's
+random token, and the parent still parses every line as hostile (_parse_answer): schema, types,
+caps, one entry per call; a bad line fails its job alone. Results pass through an mmap buffer the
+children do not inherit, given back to the kernel after each job.
 
 Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
-  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE =
-     0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as
-     root, children drop to a uid of a random range per pool; no capabilities (capset);
-     no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
+  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s, behind layer
+     4), RLIMIT_FSIZE = 0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for
+     any non-root uid); as root, children drop to a uid of a random range per pool; no
+     capabilities (capset); no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
      stdout/stderr.
   3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
      run with -S. Model programs (validation and grading) also run under an audit hook that refuses
      imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
-     anything but the job's code, code objects, frames and restricted attributes (zygote._audit_hook).
-  4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
-     replaced.
+     anything but the job's code, code objects, frames and restricted attributes
+     (zygote._audit_hook).
+  4. a CPU-time limit per job (a profiling timer the child sets: SIGPROF), a wall-clock backstop
+     (zygote.WALL_FACTOR x the limit + 1 s) at which the zygote SIGKILLs it; a zygote that dies or
+     hangs is replaced, without the run waiting for the new one to start.
   5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs
      on /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and
      the checkout with its folder covered, the interpreter's folders and the shared libraries put
@@ -54,9 +56,10 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
 interpreter's folders stay readable; the wall clock cannot be offset (the screen and the audit hook
 keep it out of reach); without Landlock and a mount namespace, children can read and delete what
-this user can (verify.require_isolation refuses to start then). A child that gets past layers 1
-and 3 (a CPython memory bug) can write its own result line: grading is unaffected (it never sees a
-gold), but a proposal can claim its own output.
+this user can (verify.require_isolation refuses to start then). A child's line counts only after
+its job's random token (zygote._job), which user code cannot name: a child past layers 1 and 3 that
+can also read its own memory (a CPython memory bug, ctypes) could find it and claim its own output;
+grading is unaffected (it never sees a gold).
 """
 import atexit
 import json
@@ -453,7 +456,7 @@ def layers():
     why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
            "rlimits": "memory, CPU, no file bytes, 64 fds per child",
            "reliability_guard": "os/shutil/... disabled",
-           "timeout_kill": "the zygote SIGKILLs a child at its deadline"}
+           "timeout_kill": "CPU-time limit per child, the zygote SIGKILLs it at a wall backstop"}
     for name in hellos[0]["layers"]:
         out[name] = all(h["layers"][name][0] for h in hellos)
         why[name] = hellos[0]["layers"][name][1]

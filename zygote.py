@@ -5,8 +5,8 @@ pool, and what it keeps in memory every child inherits.
 
   python zygote.py --worker N HOMES UID_BASE PROGRAMS KIND [SITE ...]   (started by sandbox._start)
 
-The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs is
-bound here before layer 3 disables os functions for user code.
+The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs
+is bound here before layer 3 disables os functions for user code.
 """
 import ctypes
 import gc
@@ -190,8 +190,9 @@ def _encoded(value):
 def _outcome(job):
     """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
     JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
-    copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
-    nothing in it (see _parse_answer)."""
+    copy-on-write faults in a fresh child). User code that found the pipe could write such a line,
+    but not the job's token before it (_job); the parent trusts nothing in it either (see
+    _parse_answer)."""
     values, error = None, ""
     try:
         values = _evaluate(job)
@@ -242,8 +243,9 @@ def _child(settings, requests, wfd, limits, uid, token):
     while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
     passes through the zygote, of which every later child is a copy; acknowledge it (a byte of a
     page shared with the zygote: the pipe is in step), finish the lock-down, run, write `token` (the
-    zygote's, for this job) and one JSON line to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
-    user code); user code starts after every limit."""
+    zygote's, for this job) and one JSON line to wfd, _exit. Never returns. The syscalls used are
+    this module's own bindings (layer 3 sets os.<name> = None for user code); user code starts after
+    every limit."""
     try:
         # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
         # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
