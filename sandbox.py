@@ -27,8 +27,8 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
   2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s, behind layer
      4), RLIMIT_FSIZE = 0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for
      any non-root uid); as root, children drop to a uid of a random range per pool; no
-     capabilities (capset); no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
-     stdout/stderr.
+     capabilities (capset); no_new_privs; a scrubbed environment; stdin /dev/null or a memory
+     file of its own; capped stdout/stderr.
   3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
      run with -S. Model programs (validation and grading) also run under an audit hook that refuses
      imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
