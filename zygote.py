@@ -117,9 +117,9 @@ def _evaluate(job, exec_=exec, eval_=eval):
 # modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
 # is an import the hook sees and refuses.
 # Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
-_AUDIT_PASS = {"builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"}
-_AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases__",
-                   "__defaults__", "__kwdefaults__"}
+_AUDIT_PASS = frozenset(("builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"))
+_AUDIT_SETTABLE = frozenset(("__module__", "__qualname__", "__name__", "__doc__", "__bases__",
+                             "__defaults__", "__kwdefaults__"))
 # the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
 _NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
 # the event that arms the hook: raised by the harness (_watch) with the job's own code objects
@@ -145,13 +145,15 @@ def _audit_hook():
     / gc / ... events). sys._getframe raises ValueError, which typing, enum and namedtuple catch."""
     # armed, the job's code objects, whether the next exec is of a compile allowed just before
     state = {"armed": False, "ours": (), "granted": False}
+    # what it lets through, held here too: rebinding the module's names changes nothing
+    arm, passing, settable, grant = _ARM, _AUDIT_PASS, _AUDIT_SETTABLE, _NAMEDTUPLE_NEW
 
     def hook(event, args):
         if not state["armed"]:
-            if event == _ARM:
+            if event == arm:
                 state.update(armed=True, ours=args[0])
             return
-        if event in _AUDIT_PASS:
+        if event in passing:
             return
         if event == "exec":
             # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
@@ -166,13 +168,13 @@ def _audit_hook():
             source = args[0]
             if type(source) is bytes:
                 source = source.decode("utf-8", "replace")
-            if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
+            if type(source) is str and grant.fullmatch(source):
                 state["granted"] = True
                 return
         # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
         # function's __code__ nor an object's __class__
         elif event in ("object.__setattr__", "object.__delattr__"):
-            if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
+            if type(args[1]) is str and args[1] in settable:
                 return
         elif event == "sys._getframe":
             raise ValueError("no frames in the sandbox")

@@ -385,3 +385,21 @@ def test_the_audit_hook_cannot_be_disarmed_by_a_data_write(no_screen):
                "    return __import__('ctypes').sizeof(__import__('ctypes').c_int) * 0 + x")
     result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
     assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
+
+
+def test_the_audit_hook_cannot_be_widened_by_rebinding_its_tables(no_screen):
+    """The same reach: every set of event names in the zygote's globals rebound with compile and
+    exec added, every pattern rebound to one that matches anything (the namedtuple grant); eval is
+    still refused (the hook holds its own tables)."""
+    program = ("import statistics, re\n"
+               "def f(x):\n"
+               "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
+               "    zg = type(out).write.__globals__\n"
+               "    for name, value in list(zg.items()):\n"
+               "        if type(value) in (set, frozenset):\n"
+               "            zg[name] = set(value) | {'compile', 'exec'}\n"
+               "        if type(value) is type(re.compile('')):\n"
+               "            zg[name] = re.compile('(?s).*')\n"
+               "    return eval('x')")
+    result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
+    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
