@@ -369,8 +369,10 @@ def _names(node):
         return [node.name, node.asname]
     if kind in (ast.Global, ast.Nonlocal):
         return node.names
-    if kind in (ast.keyword, ast.MatchAs, ast.MatchStar):
-        return [getattr(node, "arg", None) or getattr(node, "name", None)]
+    if kind is ast.keyword:
+        return [node.arg]
+    if kind in (ast.MatchAs, ast.MatchStar):
+        return [node.name]
     if kind is ast.MatchMapping:
         return [node.rest]
     return []

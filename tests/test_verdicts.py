@@ -341,6 +341,7 @@ RUNTIME_NAMES = {
                    "    return C().a",
     "init_subclass": "class C:\n    def __init_subclass__(cls):\n        pass\ndef f(x):\n"
                      "    return x",
+    "keyword_dunder": "def f(x):\n    return dict(__setattr__=x)",
     "enum_functional": "import enum\ndef f(x):\n    return enum.Enum('E', [('__getattr__', "
                        "print)])",
     "format_computed": "def f(x):\n    return ('{0.__glo' + 'bals__}').format(f)",
