@@ -12,6 +12,7 @@ import pytest
 import sandbox
 import screen
 import verify
+from test_sandbox_hostile import FORGE
 
 
 @pytest.fixture
@@ -24,17 +25,11 @@ def no_screen(monkeypatch):
 
 # f is visibly x + 1; it reaches os through an allowed module's globals (no import, no audit
 # event) and writes the line of a run that returned 99 to every fd it has, then exits
-FORGER = ("import statistics\n"
-          "def f(x):\n"
-          "    os = statistics.mean.__globals__['random']._os\n"
-          "    line = '{\"ok\": true, \"error\": \"\", \"stdout\": \"\", "
-          "\"values\": [[\"int\", \"99\"]]}\\n'\n"
-          "    for fd in range(3, 64):\n"
-          "        try:\n"
-          "            os.write(fd, line.encode())\n"
-          "        except OSError:\n"
-          "            pass\n"
-          "    os._exit(0)\n")
+FORGER = (FORGE.replace("import os\n", "import statistics\n") + "def f(x):\n"
+          "    forge('{\"ok\": true, \"error\": \"\", \"stdout\": \"\", "
+          "\"values\": [[\"int\", \"99\"]]}\\n')\n")
+FORGER = FORGER.replace("def forge(line):\n", "def forge(line):\n"
+                        "    os = statistics.mean.__globals__['random']._os\n")
 
 
 def test_a_child_cannot_write_the_result_line_itself(no_screen):

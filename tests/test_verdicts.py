@@ -372,35 +372,32 @@ def test_ordinary_classes_and_patterns_still_pass():
     assert validated("code_o", {"program": program, "input": "7"})["output"] == "[7, 'V(8)', 'int']"
 
 
-def test_the_audit_hook_cannot_be_disarmed_by_a_data_write(no_screen):
-    """With the screen off: a program reaching the zygote's globals (an allowed module's globals ->
-    sys -> the class of its stdout buffer, defined in zygote.py) flips every switch it finds there,
-    then imports ctypes: still refused (the hook's state is its own closure's, armed for good)."""
-    program = ("import statistics\n"
-               "def f(x):\n"
-               "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
-               "    zg = type(out).write.__globals__\n"
-               "    for value in list(zg.values()):\n"
-               "        if type(value) is dict and 'armed' in value:\n"
-               "            value['armed'] = False\n"
-               "    return __import__('ctypes').sizeof(__import__('ctypes').c_int) * 0 + x")
-    result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
-    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
-
-
-def test_the_audit_hook_cannot_be_widened_by_rebinding_its_tables(no_screen):
-    """The same reach: every set of event names in the zygote's globals rebound with compile and
-    exec added, every pattern rebound to one that matches anything (the namedtuple grant); eval is
-    still refused (the hook holds its own tables)."""
-    program = ("import statistics, re\n"
-               "def f(x):\n"
-               "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
-               "    zg = type(out).write.__globals__\n"
-               "    for name, value in list(zg.items()):\n"
+# with the screen off, a program that reached the zygote's globals (an allowed module's globals ->
+# sys -> the class of its stdout buffer, defined in zygote.py) and tries to switch the hook off
+ZYGOTE_GLOBALS = ("import statistics, re\n"
+                  "def f(x):\n"
+                  "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
+                  "    zg = type(out).write.__globals__\n")
+SWITCHES = {
+    # flips every switch it finds, then imports ctypes
+    "disarmed": "    for value in list(zg.values()):\n"
+                "        if type(value) is dict and 'armed' in value:\n"
+                "            value['armed'] = False\n"
+                "    return __import__('ctypes').sizeof(__import__('ctypes').c_int) * 0 + x",
+    # rebinds every set of event names with compile and exec added, every pattern (the namedtuple
+    # grant) with one that matches anything, then evals
+    "widened": "    for name, value in list(zg.items()):\n"
                "        if type(value) in (set, frozenset):\n"
                "            zg[name] = set(value) | {'compile', 'exec'}\n"
                "        if type(value) is type(re.compile('')):\n"
                "            zg[name] = re.compile('(?s).*')\n"
-               "    return eval('x')")
+               "    return eval('x')",
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_the_audit_hook_cannot_be_switched_off_by_a_data_write(name, no_screen):
+    """Still refused: the hook's state and tables are its own closure's, armed once for good."""
+    program = ZYGOTE_GLOBALS + SWITCHES[name]
     result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
     assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
