@@ -25,7 +25,10 @@ plain (builtin, collections, fractions, decimal types) and its repr, made here f
 value (shown_output), has at most 2,000 chars and evaluates back to an equal value with the
 program's imports in scope (plus Counter/OrderedDict/deque/defaultdict, Fraction, Decimal when their
 module is imported); code_f also: 10 to 64 inputs, a message that is non-empty and does not contain
-the program, >= 2 distinct outputs. Multi-line inputs work.
+the program, >= 2 distinct outputs; every problem answerable [ours]: its natural answer (the
+output as shown, the input, the program, in the fence the prompt asks for) comes back whole through
+parse_student, and the shown output reads back through the code_o answer path to the gold.
+Multi-line inputs work.
 
 How f is called [ours; issue 22]: the same way in validation and grading, so f cannot tell them
 apart. Each input becomes plain data first: a literal is read here (ast.literal_eval, nothing
@@ -36,11 +39,13 @@ input in order (code_f students too: the hidden half is compared).
 
 Golds and grading [ours; design §3 "verdicts are decided outside the untrusted process"]: a valid
 proposal gets "gold", the canonical encoding of its value(s) (encoding.py; plain JSON data,
-stored with the problem). Children never see a gold: they run the answer and send back its value's
-encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: a
-literal answer read here, another evaluated with the program's imports but not f; code_i: the
-answer's arguments as above, then f on them; code_f: the student's program (the teacher program's
-imports prepended, screened as one text) on every input. Problems from before golds: add_golds.
+stored with the problem, with "args", the argument lists f was called on). Children never see a
+gold: they run the answer and send back its value's encoding; the parent decodes both and compares
+with Python's == (AZR's semantics). code_o: a literal answer read here (never screened: it never
+runs), another evaluated with the program's imports but not f; code_i: the answer's arguments as
+above, then f on them; code_f: the student's program (the teacher program's imports prepended,
+screened as one text) on the stored arguments. Each problem is also graded against itself in the
+same batch; one that fails is void (grade). Problems from before golds or args: add_golds.
 
 Layer 1, the static screen, is screen.py (an import allowlist, no introspection, the text that runs
 is the text screened); layers 2-7 are sandbox.py's (`python verify.py layers`); require_isolation

@@ -60,13 +60,16 @@ def plain(value):
     return json.loads("".join(parts))
 
 
-def median_ms(fn, arg, repeats):
-    times = []
+def side_by_side(old_fn, new_fn, arg, repeats):
+    """(old, new) median process CPU ms of one call each, alternating so that load on the shared
+    machine hits both alike."""
+    old, new = [], []
     for _ in range(repeats):
-        start = time.process_time()
-        fn(arg)
-        times.append((time.process_time() - start) * 1000)
-    return statistics.median(times)
+        for fn, times in ((old_fn, old), (new_fn, new)):
+            start = time.process_time()
+            fn(arg)
+            times.append((time.process_time() - start) * 1000)
+    return round(statistics.median(old), 3), round(statistics.median(new), 3)
 
 
 def main():
@@ -79,21 +82,12 @@ def main():
                "nested_6000": plain([[[[[[[[[[1]]]]]]]]]] * 6000)}
     row = {}
     for name, response in responses.items():
-        old, new = [], []
-        # alternating, so load on the shared machine hits both alike
-        for _ in range(args.repeats):
-            old.append(median_ms(old_parse, response, 1))
-            new.append(median_ms(new_parse, response, 1))
-        row[f"parse_old_ms/{name}"] = round(statistics.median(old), 3)
-        row[f"parse_new_ms/{name}"] = round(statistics.median(new), 3)
+        old, new = side_by_side(old_parse, new_parse, response, args.repeats)
+        row[f"parse_old_ms/{name}"], row[f"parse_new_ms/{name}"] = old, new
     for name, encoding in outputs.items():
         assert not old_shown(encoding) and not new_shown(encoding)
-        old, new = [], []
-        for _ in range(args.repeats):
-            old.append(median_ms(old_shown, encoding, 1))
-            new.append(median_ms(new_shown, encoding, 1))
-        row[f"shown_old_ms/{name}"] = round(statistics.median(old), 3)
-        row[f"shown_new_ms/{name}"] = round(statistics.median(new), 3)
+        old, new = side_by_side(old_shown, new_shown, encoding, args.repeats)
+        row[f"shown_old_ms/{name}"], row[f"shown_new_ms/{name}"] = old, new
     print(json.dumps(row))
 
 
