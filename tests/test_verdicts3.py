@@ -234,3 +234,18 @@ def test_model_text_in_a_prompt_never_becomes_a_special_token(tiny_dir):
     out = engines.generate(engine, [(prompt, members[0]["name"])], 0.0, 1.0, 2, seed=0)[0]
     assert not set(out["prompt_ids"]) & set(tokenizer.all_special_ids)
     assert tokenizer.decode(out["prompt_ids"]) == prompt
+
+
+def test_a_tokenizer_whose_merges_rebuild_a_special_token_is_spelled_out():
+    """tinyworld's BPE learns merges from transcripts that end in "<|endoftext|>", so the merges
+    rebuild its text into the special id even with split_special_tokens: text_ids spells such
+    text out a character at a time, and the ids still decode to the text."""
+    import tinyworld
+    corpus = ["def f(x):\n    return x + 1\n<|endoftext|>", "print(f(2))<|endoftext|>"] * 40
+    tokenizer = tinyworld.make_tokenizer(corpus, 400)
+    text = 'return len("<|endoftext|>") + 1'
+    plain = tokenizer([text], add_special_tokens=False, split_special_tokens=True)["input_ids"][0]
+    assert set(plain) & set(tokenizer.all_special_ids)
+    ids = population.text_ids(tokenizer, [text, "x = 1"])
+    assert not set(ids[0] + ids[1]) & set(tokenizer.all_special_ids)
+    assert tokenizer.decode(ids[0]) == text
