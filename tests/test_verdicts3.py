@@ -174,14 +174,14 @@ def test_a_void_problem_pays_nobody():
 
 
 def test_code_f_is_graded_on_the_arguments_validation_used():
-    """A hidden code_f input written as an expression of the hash seed is not evaluated again at
-    grading: the teacher's own program gets the arguments the gold was made from (before: graded
-    wrong on the zygotes whose bit differs, A27)."""
-    inputs = [str(n) for n in range(9)] + ["hash('pepper') % 2 + 100"]
+    """A hidden code_f input written as an expression is not evaluated again at grading: f gets
+    the argument values stored with the problem (before: the text was evaluated again, so a
+    `hash('k') % 2 + 100` input could differ from the one the gold was made from, A27). Here the
+    stored arguments say 7 where the text says 50 + 50: only grading on them gives the gold 14."""
+    inputs = [str(n) for n in range(9)] + ["50 + 50"]
     problem = problem_of("code_f", {"program": "def f(x):\n    return x * 2", "inputs": inputs,
                                     "message": "double it"})
-    assert problem is not None
-    # what the stored arguments say the last input is, whatever the hash seed at grading
+    assert problem["args"][-1] == plain(((100,), {}))
     problem["args"][-1] = plain(((7,), {}))
     problem["gold"][-1] = plain(14)
     results = graded("code_f", problem, ["def f(x):\n    return x * 2"] * 4)
