@@ -531,10 +531,10 @@ def run_verify(fn, jobs, timeout):
 # The records that flow through a step, their keys written down where they are made:
 #   proposal  (propose)  teacher, member (= teacher), role "teacher", task, program (code_f: the
 #             archive program shown, else None), gen, response, parsed; validate adds valid,
-#             reason, problem; solve adds attempts; rewards add solve_rate, reward
+#             reason, problem; solve adds attempts; rewards add solve_rate, void, reward
 #   attempt   (solve)    student, member (= student), role "student", teacher, task, problem,
-#             proposal (None for a top-up), gen, response, answer; grade adds correct; rewards
-#             add reward
+#             proposal (None for a top-up), gen, response, answer; grade adds correct, void;
+#             rewards add reward
 #   match     (plan_step) teacher, student; rate adds solve_rate, outcome
 #   member    (population.init_population) name, role, id, lora_id, mu, sigma, lineage
 # `generate(requests, purpose)` and `check(fn, jobs)` are main's closures that split the work over
@@ -577,7 +577,8 @@ def propose(slots, shown, problems, tokenizer, cfg, generate):
         else:
             references = [archive.problem_core(problems[task][i]) for i in picks]
         prompt = verify.teacher_prompt(task, references, program)
-        while references and len(tokenizer(prompt)["input_ids"]) > cfg["max_prompt_tokens"]:
+        while references and len(population.text_ids(tokenizer, [prompt])[0]) > \
+                cfg["max_prompt_tokens"]:
             # deviation 4: fewer references rather than a truncated prompt
             references.pop()
             prompt = verify.teacher_prompt(task, references, program)
@@ -678,7 +679,11 @@ def grade(attempts, check):
             jobs.append((a["task"], dict(archive.problem_core(a["problem"]), answer=a["answer"])))
     results = iter(check(verify.grade, jobs))
     for a in attempts:
-        a["correct"] = a["answer"] is not None and bool(next(results)["correct"])
+        a["correct"], a["void"] = False, False
+        if a["answer"] is not None:
+            result = next(results)
+            # void: the problem's own answer was not graded correct in this batch (verify.grade)
+            a["correct"], a["void"] = bool(result["correct"]), bool(result.get("void"))
 
 
 def assign_rewards(proposals, attempts, cfg, novel=None):
@@ -687,12 +692,18 @@ def assign_rewards(proposals, attempts, cfg, novel=None):
     opensir_teacher_reward (`novel`: proposal index -> novelty); soar pays later (assign_soar)."""
     for a in attempts:
         a["reward"] = None
-        if not a["gen"]["error"]:
+        # a void problem decides nothing: its attempts are neither rewarded nor penalised
+        if not a["gen"]["error"] and not a.get("void"):
             a["reward"] = student_reward(a["correct"], a["answer"] is not None)
     for k, p in enumerate(proposals):
         graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
         p["solve_rate"] = logs.mean(graded) if p["valid"] else None
+        p["void"] = any(a.get("void") for a in p["attempts"])
         p["reward"] = None
+        # ... and its teacher is not paid for it
+        if p["void"]:
+            p["solve_rate"] = None
+            continue
         if p["gen"]["error"] or (p["valid"] and p["solve_rate"] is None):
             continue
         if cfg["teacher_reward"] == "opensir":
@@ -770,7 +781,7 @@ def rate(matches, attempts, members, cfg):
     for match in matches:
         if match["teacher"] is None:
             continue
-        mine = [a["correct"] for a in attempts if a["proposal"] is not None
+        mine = [a["correct"] for a in attempts if a["proposal"] is not None and not a.get("void")
                 and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
         match["solve_rate"] = logs.mean(mine)
         match["outcome"] = match_outcome(match["solve_rate"], cfg["draw_margin"])
@@ -859,9 +870,9 @@ def restore(resume, model, members, optimizers, rng, cfg):
 
 
 def upgrade_archive(problems, cfg):
-    """An archive saved before problems carried their gold encodings (verify.py grades against
-    those): each such problem is validated again and gets its gold; one no longer valid is
-    dropped. A current archive comes back unchanged, nothing run."""
+    """An archive saved before problems carried their gold encodings and argument lists (verify.py
+    grades against those): each such problem is validated again and gets them; one no longer
+    valid is dropped. A current archive comes back unchanged, nothing run."""
     upgraded = {}
     for task, items in problems.items():
         filled = verify.add_golds(task, items, cfg["validate_timeout"])
@@ -1087,6 +1098,8 @@ def main(cfg):
             row = logs.step_metrics(step, members, proposals, attempts, played, problems, stats,
                                     children)
             row.update({f"time/{k}": v for k, v in times.items()})
+            # problems whose own answer was not graded correct at grading: no reward either way
+            row["void_problems"] = sum(bool(p.get("void")) for p in proposals)
             for name, member_stats in stats.items():
                 # rollout-trainer mismatch (vLLM engine only; None with hf or nothing trained)
                 row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]

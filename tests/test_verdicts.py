@@ -62,7 +62,13 @@ def test_the_teachers_own_input_is_graded_correct(name):
         # globals() is screened (a validity rule): this one runs with the screen off
         return _globals_seen_alike()
     problem = validated("code_o", {"program": program, "input": given})
-    assert verdicts("code_i", problem, [given, "'not an input'"]) == [True, False], problem
+    graded = verify.grade("code_i", [dict(problem, answer=a) for a in (given, "'not an input'")])
+    if name == "state_from_the_input":
+        # f counts its calls: the self-check (f on the teacher's input after the attempt, in the
+        # same child) differs, so the problem is void: neither rewarded nor penalised
+        assert [g["void"] for g in graded] == [True, True], graded
+    else:
+        assert [g["correct"] for g in graded] == [True, False], problem
     assert verdicts("code_o", problem, [problem["output"], "'wrong'"]) == [True, False]
 
 
