@@ -293,6 +293,12 @@ def _feed(jobs, results, queues, cache, packed):
     sleep and wake between jobs). `packed`: jobs packed already that did not fit in a pipe. -> how
     many jobs were answered here (those that do not compile)."""
     answered = 0
+    # one that died idle (killed from outside) is replaced before it is given a job: a job it never
+    # started must not fail as "worker died"
+    for n, w in enumerate(_pool["workers"]):
+        idle = not w["jobs"] and w["hello"] is not None and w["kind"] == _pool["kind"]
+        if idle and w["proc"].poll() is not None:
+            _replace(n, w, jobs, queues)
     rounds = []
     for depth in (1, 2):
         for worker in _pool["workers"]:

@@ -13,8 +13,8 @@ Its rules, on the parse tree of the exact text that will run:
     (LEAKS: an attribute that is a module outside it, such as enum.bltns, typing.sys, json.codecs,
     or an object defined outside it, such as queue.time), nor one that evaluates text
     (typing.get_type_hints, typing.ForwardRef);
-  - names, attributes, match-class keywords, getattr & co.'s constant names and the text of string
-    constants (str.format reads attributes): no introspection (INTROSPECTION: code, frame,
+  - names, attributes, match-class keywords, getattr & co.'s constant names and the fields of a
+    constant str.format template: no introspection (INTROSPECTION: code, frame,
     generator, coroutine and traceback internals, a function's globals, closure and annotations,
     the class hierarchy, the builtins), none of BANNED_NAMES unless the program binds it;
   - getattr & co. only called directly with a constant name; an imported module only used as
@@ -24,8 +24,9 @@ Its rules, on the parse tree of the exact text that will run:
     (ordinary methods: no __match_args__, __getattr__, __setattr__, __instancecheck__, ...); class
     patterns with positional sub-patterns only for builtins that match the subject itself; `type`
     and functools.wraps only called with one argument, never bound or aliased; no
-    functools.update_wrapper, abc's register, enum functional API, type(x) called with three
-    arguments; str.format and format_map only on a constant string.
+    functools.update_wrapper, abc's register, enum functional API,
+    type(x) called with three arguments; str.format and format_map only on a constant string. Other
+    string constants are data ('mro' in a string is a word, not an attribute).
 The text that runs is the text screened: the entry function is renamed to f on the token stream
 (tokenize's own lines), and the result is parsed and screened again; the code_f student's program
 with the teacher's imports, an input's pack expression, a code_o answer and an imports line are
@@ -36,6 +37,7 @@ import contextlib
 import io
 import json
 import re
+import string
 import tokenize
 import types
 import warnings
@@ -332,17 +334,16 @@ def _check_uses(found, imported, bound, modules, direct, one):
             _dunder(node.attr)
             if node.attr in ONE_ARGUMENT and id(node) not in one:
                 raise Invalid(f"{node.attr} only as a direct call with one argument")
-            # a format string made at run time names attributes too ("{0.x}")
+            # a format template names attributes ("{0.x}"): only a constant one, whose fields are
+            # screened here (other string constants are data: 'mro' in a string is a word)
             constant = type(node.value) is ast.Constant and type(node.value.value) is str
-            if node.attr in ("format", "format_map") and not constant:
-                raise Invalid(f"{node.attr} only on a constant string")
+            if node.attr in ("format", "format_map"):
+                if not constant:
+                    raise Invalid(f"{node.attr} only on a constant string")
+                _format_fields(node.value.value)
             module = _module_of(node.value, modules)
             if module is not None and f"{module}.{node.attr}" not in ALLOWED_MODULES:
                 _allowed_attribute(module, node.attr)
-        elif kind is ast.Constant:
-            if isinstance(node.value, str) and _INTROSPECTION_RE.search(node.value):
-                found_name = _INTROSPECTION_RE.search(node.value).group()
-                raise Invalid(f"banned name in a string: {found_name}")
         elif kind is ast.Call:
             func = node.func
             if isinstance(func, ast.Name) and func.id in ATTR_CALLS:
@@ -355,6 +356,20 @@ def _check_uses(found, imported, bound, modules, direct, one):
         else:
             for name in _names(node):
                 _dunder(name)
+
+
+def _format_fields(template):
+    """Raise Invalid if a str.format template's fields (or the fields nested in their specs) name
+    an introspection attribute, a banned one or any dunder ("{0.__globals__}", "{0:{1.gi_frame}}")."""
+    try:
+        parts = [text for _, field, spec, _ in string.Formatter().parse(template)
+                 for text in (field, spec) if text]
+    except ValueError:
+        raise Invalid("a format template that does not parse") from None
+    for text in parts:
+        for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
+            if name in INTROSPECTION or name in BANNED_ATTRS or name.startswith("__"):
+                raise Invalid(f"banned name in a format field: {name}")
 
 
 def _names(node):
@@ -632,10 +647,11 @@ def answer_value(answer):
     Invalid."""
     _short_text(answer, "answer")
     source = f"(\n{answer}\n)"
-    tree = screened(source, "eval")
     try:
-        return plain(_literal_node(tree.body), "answer"), None
+        # a literal never runs: read, not screened ('fedmro' or a key 'co_names' is an answer)
+        return plain(_literal_node(parse(source, "eval").body), "answer"), None
     except ValueError:
+        screened(source, "eval")
         return None, source
 
 

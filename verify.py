@@ -383,7 +383,7 @@ def _unanswerable(task, entry, shown, gold):
     if task == "code_f":
         return ""
     try:
-        encoding, source = answer_value(shown[0])
+        encoding, source = screen.answer_value(shown[0])
     except Invalid as e:
         return f"the output cannot be given as an answer: {e}"
     if source is None and not equal(gold[0], encoding):
@@ -458,22 +458,6 @@ def add_golds(task, problems, timeout=5.0):
     return out
 
 
-def answer_value(answer):
-    """A code_o answer (an expression) -> (encoding, None) for a literal: read here with
-    ast.literal_eval (size and depth bounded by screen.plain), never screened, since it never runs
-    (a shown output 'fedmro' or a key 'co_names' is an answer like any other); else
-    screen.answer_value's (None, its screened source) for a child to evaluate. Raises Invalid."""
-    if isinstance(answer, str) and answer.strip() and len(answer) <= screen.MAX_INPUT:
-        tree = screen.parse(f"(\n{answer}\n)", "eval")
-        try:
-            value = screen.quiet(ast.literal_eval, tree.body)
-        # not a literal: an expression, which runs, so it is screened
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return screen.answer_value(answer)
-        return screen.plain(value, "answer"), None
-    return screen.answer_value(answer)
-
-
 def _teacher_args(task, a, n):
     """The argument lists f was called on in validation (the problem's "args"), or None for a
     problem from before they were stored (its inputs are then read again). Raises Invalid."""
@@ -537,7 +521,7 @@ def _attempt(task, a):
     # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
         check = _arguments_entry(program, program, [a["input"]], known)
-        encoding, source = answer_value(a["answer"])
+        encoding, source = screen.answer_value(a["answer"])
         if source is None:
             return None, [encoding], slice(0, 1), [a["gold"]], None, check
         job = {"code": screen.compiled(imports), "calls": [screen.compiled(source, "eval")],

@@ -639,7 +639,7 @@ def _job(settings, requests, workdir, uid, view):
     if not error and one_line and not ours:
         error = "a result line the harness did not write"
     if not error:
-        error = _no_result(status, size)
+        error = _no_result(status, size, cpu >= timeout)
     line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
     view[:len(line)] = line
     return header, 0, len(line), retire
@@ -673,14 +673,15 @@ def _read_line(fd, view, limit, deadline):
             return size, ""
 
 
-def _no_result(status, size):
-    """Why a child that was not stopped gave no one-line result: its exit status (from wait4) and
-    the bytes it wrote."""
+def _no_result(status, size, spent):
+    """Why a child that was not stopped gave no one-line result: its exit status (from wait4), the
+    bytes it wrote, whether it had used its CPU time."""
     code = os.waitstatus_to_exitcode(status)
     if size:
         return "malformed result"
-    # its CPU time spent (_child's timer, RLIMIT_CPU)
-    if -code in (signal.SIGPROF, signal.SIGXCPU):
+    # its CPU time spent: _child's timer, or RLIMIT_CPU (SIGXCPU, then SIGKILL at the hard limit
+    # when the program blocked the signals before it)
+    if -code in (signal.SIGPROF, signal.SIGXCPU) or (-code == signal.SIGKILL and spent):
         return "timeout"
     if code < 0 and -code != signal.SIGKILL:
         return f"crashed ({signal.Signals(-code).name})"
