@@ -47,9 +47,9 @@ def restore(resume, model, members, optimizers, rng, cfg, state):
 
 
 def upgrade_archive(problems, cfg):
-    """An archive saved before problems carried their gold encodings (verify.py grades against
-    those): each such problem is validated again and gets its gold; one no longer valid is
-    dropped. A current archive comes back unchanged, nothing run."""
+    """An archive saved before problems carried their gold encodings and argument lists (verify.py
+    grades against those): each such problem is validated again and gets them; one no longer
+    valid is dropped. A current archive comes back unchanged, nothing run."""
     upgraded = {}
     for task, items in problems.items():
         filled = verify.add_golds(task, items, cfg["validate_timeout"])

@@ -283,7 +283,8 @@ def generate(engine, requests, temperature, top_p, max_new_tokens, seed):
     # BOS).
     if requests:
         prompt_texts = [prompt for prompt, _ in requests]
-        ids = tokenizer(prompt_texts, add_special_tokens=False)["input_ids"]
+        # model-written text in a prompt never becomes a special token
+        ids = population.text_ids(tokenizer, prompt_texts)
     else:
         ids = []
     out = []

@@ -91,10 +91,8 @@ config = dict(
     workers=0,                  # math scoring processes; 0 = cpu count
     seed=2,                     # generation seed (greedy, so only ties care)
     tiny_tokens=256,            # new tokens per tiny-world answer (the warm start's are < 150)
-    # crossplay: fresh problems per teacher and task type, attempts per problem; 0 = the run's
-    # propose_per_task / solve_samples
-    crossplay_problems=0,
-    crossplay_samples=0,
+    crossplay_problems=0,       # crossplay: fresh problems per teacher and task type (0 = the run's)
+    crossplay_samples=0,        # crossplay: attempts per problem (0 = the run's solve_samples)
     model_cache="out/.tiny",    # where the tiny / tiny-warm bases and tiny.jsonl are built once
     # run model-written code even where the sandbox cannot isolate the filesystem (verify.py layers)
     unsafe_sandbox_without_filesystem_isolation=False,

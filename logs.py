@@ -127,6 +127,8 @@ def step_row(step, members, proposals, attempts, matches, problems, stats, child
     nothing trained) and the generation throughput."""
     row = step_metrics(step, members, proposals, attempts, matches, problems, stats, children)
     row.update({f"time/{k}": v for k, v in times.items()})
+    # problems whose own answer was not graded correct at grading: no reward either way
+    row["void_problems"] = sum(bool(p.get("void")) for p in proposals)
     for name, member_stats in stats.items():
         row[f"mismatch/{name}/mean"] = member_stats["mismatch"]["mean"]
         row[f"mismatch/{name}/max"] = member_stats["mismatch"]["max"]

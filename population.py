@@ -93,6 +93,37 @@ def _lora_config(cfg):
     )
 
 
+def text_ids(tokenizer, texts):
+    """Texts -> their token ids (a list per text): no special token added, and none made from the
+    text itself. Prompts hold model-written programs, inputs and outputs; "<|endoftext|>" or
+    "<|im_start|>" inside one must stay those characters, never the special token's id (which
+    add_special_tokens=False alone does not prevent: split_special_tokens does for a tokenizer
+    whose special tokens are added ones, as Qwen's). A tokenizer whose BPE merges rebuild a special
+    token from its characters (tinyworld's learns them from transcripts that hold it) still gives
+    its id: such a text is tokenized again with each special token's text one character a piece."""
+    rows = tokenizer(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    for n, row in enumerate(rows):
+        if special.intersection(row):
+            rows[n] = _spelled_out(tokenizer, texts[n])
+    return rows
+
+
+def _spelled_out(tokenizer, text):
+    """text_ids of one text with every special token's text split into single characters."""
+    names = sorted(tokenizer.all_special_tokens, key=len, reverse=True)
+    pieces = re.split("(" + "|".join(map(re.escape, names)) + ")", text)
+    chunks = []
+    # re.split with a group: the special tokens' texts are the odd pieces
+    for k, piece in enumerate(pieces):
+        if k % 2:
+            chunks += list(piece)
+        elif piece:
+            chunks.append(piece)
+    ids = tokenizer(chunks, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return [i for row in ids for i in row]
+
+
 def init_population(base, tokenizer, cfg, roles):
     """Wrap `base` in one PeftModel holding one adapter per role; B = 0 (peft's default init) so
     every new member equals the base. Returns (peft_model, members); member i has lora_id i + 1,
@@ -328,8 +359,7 @@ def embed_texts(model, tokenizer, texts, batch_size=16):
     rows = []
     with torch.no_grad(), _base_only(model):
         for start in range(0, len(texts), batch_size):
-            ids = [tokenizer(t, add_special_tokens=False)["input_ids"] or [0]
-                   for t in texts[start:start + batch_size]]
+            ids = [row or [0] for row in text_ids(tokenizer, texts[start:start + batch_size])]
             # the texts as prompts with empty completions: right padded, attention 1 on each text
             input_ids, attention = _pack_right_padded(ids, [[] for _ in ids])[:2]
             hidden = base.get_decoder()(input_ids=input_ids.to(device),

@@ -9,10 +9,10 @@ top-up samplers (TOPUPS) are here, beside the solve phase that uses them.
 The records that flow through a step, their keys written down where they are made:
   proposal  (propose)  teacher, member (= teacher), role "teacher", task, program (code_f: the
             archive program shown, else None), gen, response, parsed; validate adds valid,
-            reason, problem; solve adds attempts; train.assign_rewards adds solve_rate, reward
+            reason, problem; solve adds attempts; train.assign_rewards adds solve_rate, void, reward
             (and what its teacher reward measures: novelty, probe_gain)
   attempt   (solve)    student, member (= student), role "student", teacher, task, problem,
-            proposal (None for a top-up), gen, response, answer; grade adds correct;
+            proposal (None for a top-up), gen, response, answer; grade adds correct, void;
             train.assign_rewards adds reward
   match     (train.plan_step) teacher, student; train.rate adds solve_rate, outcome
   member    (population.init_population) name, role, id, lora_id, rating (ratings.py's), lineage
@@ -22,6 +22,7 @@ over ranks and gather it back; the phases never see a rank.
 import hashlib
 
 import archive
+import population
 import variants
 import verify
 
@@ -55,7 +56,8 @@ def propose(slots, shown, problems, tokenizer, cfg, generate):
         else:
             references = [archive.problem_core(problems[task][i]) for i in picks]
         prompt = verify.teacher_prompt(task, references, program)
-        while references and len(tokenizer(prompt)["input_ids"]) > cfg["max_prompt_tokens"]:
+        while references and len(population.text_ids(tokenizer, [prompt])[0]) > \
+                cfg["max_prompt_tokens"]:
             # deviation 4: fewer references rather than a truncated prompt
             references.pop()
             prompt = verify.teacher_prompt(task, references, program)
@@ -173,4 +175,8 @@ def grade(attempts, check):
             jobs.append((a["task"], dict(archive.problem_core(a["problem"]), answer=a["answer"])))
     results = iter(check(verify.grade, jobs))
     for a in attempts:
-        a["correct"] = a["answer"] is not None and bool(next(results)["correct"])
+        a["correct"], a["void"] = False, False
+        if a["answer"] is not None:
+            result = next(results)
+            # void: the problem's own answer was not graded correct in this batch (verify.grade)
+            a["correct"], a["void"] = bool(result["correct"]), bool(result.get("void"))

@@ -18,23 +18,25 @@ what it measured itself (pid, the child's CPU seconds from wait4), empties the j
 private tmpfs folders, checks the jobs folder is still its own, and retires if anything fails. No
 gold ever enters a child: a child returns a canonical encoding of each value (encoding.py: exact
 builtin and collections/fractions/decimal types, checked with the real `type`, size, depth and
-hash collisions capped) and the parent decides (verify.py). User code can write the result line
-itself, so the parent parses every line as hostile (_parse_answer): schema, types, caps, one entry
-per call; a bad line fails its job alone. Results pass through an mmap buffer the children do not
-inherit, given back to the kernel after each job.
+hash collisions capped) and the parent decides (verify.py). A line counts only after its job's
+random token, and the parent still parses every line as hostile (_parse_answer): schema, types,
+caps, one entry per call; a bad line fails its job alone. Results pass through an mmap buffer the
+children do not inherit, given back to the kernel after each job.
 
 Layers (Linux; `layers()` reports what the running zygotes measured, with reasons):
-  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s), RLIMIT_FSIZE =
-     0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for any non-root uid); as
-     root, children drop to a uid of a random range per pool; no capabilities (capset);
-     no_new_privs; a scrubbed environment; stdin /dev/null or a memory file of its own; capped
-     stdout/stderr.
+  2. per child: RLIMIT_AS (1 GiB default, `memory_mb`), RLIMIT_CPU (timeout + 2 s, behind layer
+     4), RLIMIT_FSIZE = 0, RLIMIT_NOFILE = 64, RLIMIT_NPROC = 0 (no fork, no threads; binding for
+     any non-root uid); as root, children drop to a uid of a random range per pool; no
+     capabilities (capset); no_new_privs; a scrubbed environment; stdin /dev/null or a memory
+     file of its own; capped stdout/stderr.
   3. before any user code: destructive functions of os, shutil, subprocess, socket are None; zygotes
      run with -S. Model programs (validation and grading) also run under an audit hook that refuses
      imports (their zygote's sys.modules holds only the allowed modules), open, compile/exec of
-     anything but the job's code, code objects, frames and restricted attributes (zygote._audit).
-  4. wall-clock timeout per job: the zygote SIGKILLs the child; a zygote that dies or hangs is
-     replaced.
+     anything but the job's code, code objects, frames and restricted attributes
+     (zygote._audit_hook).
+  4. a CPU-time limit per job (a profiling timer the child sets: SIGPROF), a wall-clock backstop
+     (zygote.WALL_FACTOR x the limit + 1 s) at which the zygote SIGKILLs it; a zygote that dies or
+     hangs is replaced, without the run waiting for the new one to start.
   5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs
      on /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and
      the checkout with its folder covered, the interpreter's folders and the shared libraries put
@@ -54,9 +56,10 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
 interpreter's folders stay readable; the wall clock cannot be offset (the screen and the audit hook
 keep it out of reach); without Landlock and a mount namespace, children can read and delete what
-this user can (verify.require_isolation refuses to start then). A child that gets past layers 1
-and 3 (a CPython memory bug) can write its own result line: grading is unaffected (it never sees a
-gold), but a proposal can claim its own output.
+this user can (verify.require_isolation refuses to start then). A child's line counts only after
+its job's random token (zygote._job), which user code cannot name: a child past layers 1 and 3 that
+can also read its own memory (a CPython memory bug, ctypes) could find it and claim its own output;
+grading is unaffected (it never sees a gold).
 """
 import atexit
 import json
@@ -70,13 +73,14 @@ import time
 import _thread
 
 from isolation import seccomp_programs
-from zygote import ERROR_CAP, MEMORY_MB, STDOUT_CAP, describe
+from zygote import ERROR_CAP, MEMORY_MB, STDOUT_CAP, WALL_FACTOR, describe
 
 # zygotes per family (two families): POPULORA_SANDBOX_WORKERS, else the cores, at most 8
 WORKERS_PER_FAMILY = int(os.environ.get("POPULORA_SANDBOX_WORKERS", "0"))
 if not WORKERS_PER_FAMILY:
     WORKERS_PER_FAMILY = max(1, min(os.cpu_count() or 1, 8))
-GRACE_S = 5.0               # a zygote must answer within job timeout + this, else it is replaced
+START_S = 60.0              # a zygote must say hello within this, else the sandbox fails
+GRACE_S = 5.0               # a zygote must answer within its wall backstop + this, else replaced
 # the zygote script the pool starts
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
@@ -103,8 +107,9 @@ def _start(family, kind):
             json.dumps(seccomp_programs()), kind, *_site_folders()]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
-    return {"proc": proc, "family": family, "kind": kind, "buf": b"", "jobs": [], "deadline": 0.0,
-            "hello": None}
+    # until its hello, "deadline" is when it must have said it
+    return {"proc": proc, "family": family, "kind": kind, "buf": b"", "jobs": [],
+            "deadline": time.monotonic() + START_S, "hello": None}
 
 
 def _homes():
@@ -138,13 +143,23 @@ def _site_folders():
 
 
 def _hello(worker):
-    # the zygote's layer report, once it is ready
-    line = worker["proc"].stdout.readline()
-    if not line:
+    """Wait for a zygote's layer report (the first line it writes, once it is ready), if it has not
+    come yet; -> the worker."""
+    while worker["hello"] is None and b"\n" not in worker["buf"]:
+        _greet(worker)
+    if worker["hello"] is None:
+        line, worker["buf"] = worker["buf"].split(b"\n", 1)
+        worker["hello"] = json.loads(line)
+    return worker
+
+
+def _greet(worker):
+    """Read what a starting zygote wrote into its buffer (blocks until it writes)."""
+    data = os.read(worker["proc"].stdout.fileno(), 1 << 16)
+    if not data:
         raise RuntimeError("sandbox worker failed to start; "
                            "`python zygote.py --worker 1 [] 0 {} model` shows why")
-    worker["hello"] = json.loads(line)
-    return worker
+    worker["buf"] += data
 
 
 def _stop(worker):
@@ -188,11 +203,14 @@ def _ensure(kind):
             for _ in range(WORKERS_PER_FAMILY):
                 started.append(_start(family, kind))
         _pool["workers"] += [_hello(w) for w in started]
-    # died while idle (killed from outside): replace before use
+    # died while idle (killed from outside): replace before use; and replacements started during
+    # an earlier run ready
     for n, w in enumerate(_pool["workers"]):
         if w["proc"].poll() is not None:
             _stop(w)
-            _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
+            _pool["workers"][n] = _start(w["family"], w["kind"])
+        if _pool["workers"][n]["kind"] == kind:
+            _hello(_pool["workers"][n])
 
 
 def _pack(job, cache):
@@ -251,7 +269,7 @@ def run(jobs):
             for n, w in enumerate(_pool["workers"]):
                 if w["jobs"]:
                     _stop(w)
-                    _pool["workers"][n] = _hello(_start(w["family"], w["kind"]))
+                    _pool["workers"][n] = _start(w["family"], w["kind"])
     return results
 
 
@@ -275,10 +293,17 @@ def _feed(jobs, results, queues, cache, packed):
     sleep and wake between jobs). `packed`: jobs packed already that did not fit in a pipe. -> how
     many jobs were answered here (those that do not compile)."""
     answered = 0
+    # one that died idle (killed from outside) is replaced before it is given a job: a job it never
+    # started must not fail as "worker died"
+    for n, w in enumerate(_pool["workers"]):
+        idle = not w["jobs"] and w["hello"] is not None and w["kind"] == _pool["kind"]
+        if idle and w["proc"].poll() is not None:
+            _replace(n, w, jobs, queues)
     rounds = []
     for depth in (1, 2):
         for worker in _pool["workers"]:
-            if worker["kind"] == _pool["kind"]:
+            # not one still starting (_collect reads its hello)
+            if worker["kind"] == _pool["kind"] and worker["hello"] is not None:
                 rounds.append((depth, worker))
     for depth, w in rounds:
         while len(w["jobs"]) < depth:
@@ -300,7 +325,7 @@ def _feed(jobs, results, queues, cache, packed):
                 packed[i] = payload
                 break
             if not w["jobs"]:
-                w["deadline"] = time.monotonic() + float(jobs[i].get("timeout", 5.0)) + GRACE_S
+                w["deadline"] = _deadline(jobs[i], time.monotonic())
             w["jobs"].append(i)
             try:
                 w["proc"].stdin.write(payload)
@@ -313,12 +338,12 @@ def _feed(jobs, results, queues, cache, packed):
 
 def _collect(jobs, results, queues):
     """Wait for answers until the first deadline, take every complete one, replace zygotes that
-    died (EOF) or are past their deadline (the jobs behind are requeued). -> how many jobs were
-    answered."""
+    died (EOF) or are past their deadline (the jobs behind are requeued), take the hellos of the
+    replacements starting meanwhile. -> how many jobs were answered."""
     answered = 0
     busy = []
     for w in _pool["workers"]:
-        if w["jobs"]:
+        if w["jobs"] or (w["hello"] is None and w["kind"] == _pool["kind"]):
             busy.append(w)
     wait = min([w["deadline"] for w in busy], default=0) - time.monotonic()
     ready = set()
@@ -328,6 +353,9 @@ def _collect(jobs, results, queues):
     now = time.monotonic()
     for n, w in enumerate(_pool["workers"]):
         data = None
+        if w["hello"] is None and w["kind"] == _pool["kind"]:
+            _started(w, ready, now)
+            continue
         if w["proc"].stdout in ready:
             # 64 KiB first: a 1 MiB buffer is an mmap + mremap per result
             size = 1 << 16
@@ -349,6 +377,16 @@ def _collect(jobs, results, queues):
     return answered
 
 
+def _started(worker, ready, now):
+    """A replacement zygote starting while a run goes on (_replace): its hello once it is ready."""
+    if worker["proc"].stdout in ready:
+        _greet(worker)
+        if b"\n" in worker["buf"]:
+            _hello(worker)
+    elif now >= worker["deadline"]:
+        raise RuntimeError(f"sandbox worker did not start within {START_S:.0f} s")
+
+
 def _answers(n, w, jobs, results, queues, now):
     """Take the complete answer lines in zygote number n's buffer, one per job, in order. -> how
     many."""
@@ -365,18 +403,24 @@ def _answers(n, w, jobs, results, queues, now):
             break
         # the zygote starts the next one now
         if w["jobs"]:
-            timeout = float(jobs[w["jobs"][0]].get("timeout", 5.0))
-            w["deadline"] = now + timeout + GRACE_S
+            w["deadline"] = _deadline(jobs[w["jobs"][0]], now)
     return answered
 
 
+def _deadline(job, now):
+    """When a zygote that starts `job` at `now` must have answered: the child's wall-clock backstop
+    (zygote._job) + GRACE_S."""
+    return now + float(job.get("timeout", 5.0)) * WALL_FACTOR + 1.0 + GRACE_S
+
+
 def _replace(n, worker, jobs, queues):
-    """Requeue the jobs a zygote was given but will not answer; stop it; start another instead."""
+    """Requeue the jobs a zygote was given but will not answer; stop it; start another instead,
+    without waiting for it (its start, ~0.35 s, overlaps the run: _collect takes its hello)."""
     for i in reversed(worker["jobs"]):
         queues[jobs[i].get("family")].append(i)
     worker["jobs"] = []
     _stop(worker)
-    _pool["workers"][n] = _hello(_start(worker["family"], worker["kind"]))
+    _pool["workers"][n] = _start(worker["family"], worker["kind"])
 
 
 def _parse_answer(line, calls):
@@ -418,7 +462,7 @@ def layers():
     why = {"static_screen": "verify.py's AST screen (a validity rule, not a wall)",
            "rlimits": "memory, CPU, no file bytes, 64 fds per child",
            "reliability_guard": "os/shutil/... disabled",
-           "timeout_kill": "the zygote SIGKILLs a child at its deadline"}
+           "timeout_kill": "CPU-time limit per child, the zygote SIGKILLs it at a wall backstop"}
     for name in hellos[0]["layers"]:
         out[name] = all(h["layers"][name][0] for h in hellos)
         why[name] = hellos[0]["layers"][name][1]

@@ -13,13 +13,20 @@ Its rules, on the parse tree of the exact text that will run:
     (LEAKS: an attribute that is a module outside it, such as enum.bltns, typing.sys, json.codecs,
     or an object defined outside it, such as queue.time), nor one that evaluates text
     (typing.get_type_hints, typing.ForwardRef);
-  - names, attributes, match-class keywords, getattr & co.'s constant names and the text of string
-    constants (str.format reads attributes): no introspection (INTROSPECTION: code, frame,
+  - names, attributes, match-class keywords, getattr & co.'s constant names and the fields of a
+    constant str.format template: no introspection (INTROSPECTION: code, frame,
     generator, coroutine and traceback internals, a function's globals, closure and annotations,
     the class hierarchy, the builtins), none of BANNED_NAMES unless the program binds it;
   - getattr & co. only called directly with a constant name; an imported module only used as
     `module.x`; no assignment or deletion through an imported name or a call (no patching of the
-    classes grading compares with).
+    classes grading compares with);
+  - no string made at run time ever becomes an attribute name: dunder names only from DUNDERS
+    (ordinary methods: no __match_args__, __getattr__, __setattr__, __instancecheck__, ...); class
+    patterns with positional sub-patterns only for builtins that match the subject itself; `type`
+    and functools.wraps only called with one argument, never bound or aliased; no
+    functools.update_wrapper, abc's register, enum functional API,
+    type(x) called with three arguments; str.format and format_map only on a constant string. Other
+    string constants are data ('mro' in a string is a word, not an attribute).
 The text that runs is the text screened: the entry function is renamed to f on the token stream
 (tokenize's own lines), and the result is parsed and screened again; the code_f student's program
 with the teacher's imports, an input's pack expression, a code_o answer and an imports line are
@@ -30,6 +37,7 @@ import contextlib
 import io
 import json
 import re
+import string
 import tokenize
 import types
 import warnings
@@ -55,8 +63,32 @@ BANNED_NAMES = set(("open exec eval compile __import__ input globals locals brea
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules
 BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
                 "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
-                "getline", "getlines", "FileIO"} | BANNED_SHOWN
+                "getline", "getlines", "FileIO", "update_wrapper", "register",
+                "no_type_check", "EnumMeta", "EnumType"} | BANNED_SHOWN
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+# [ours] names a program may call only directly with one argument, never bind, alias or pass as a
+# value: `type(x)` (three arguments build a class from a dict whose keys are made at run time) and
+# functools.wraps(fn) (its `assigned` names are attributes read and written by name)
+ONE_ARGUMENT = {"type", "wraps"}
+# [ours] the dunder names a program may use at all (define, assign, read, pass as a keyword): the
+# ordinary methods of the object, number and container protocols. The hooks that turn text made at
+# run time into attribute names or change how attributes, classes and isinstance work are refused
+# (__match_args__, __getattr__, __setattr__, __instancecheck__, __init_subclass__, __set_name__,
+# __reduce__, __class_getitem__, __slots__, ...).
+_ORDINARY = ("init new repr str format bytes hash bool eq ne lt le gt ge len length_hint "
+             "getitem setitem delitem missing contains iter next reversed call enter exit "
+             "post_init neg pos abs invert complex int float index round trunc floor ceil "
+             "copy deepcopy get set delete name qualname doc module").split()
+_OPERATORS = "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and xor or".split()
+DUNDERS = ({f"__{name}__" for name in _ORDINARY}
+           | {f"__{side}{op}__" for op in _OPERATORS for side in ("", "r", "i")})
+# [ours] the only classes a class pattern may give positional sub-patterns: builtins that match the
+# subject itself (`case int(n)`); any other class reads the attributes its __match_args__ names
+SELF_MATCHING = set(("int str float bool bytes list tuple dict set frozenset "
+                     "bytearray").split())
+# [ours] the enum module's classes, whose call with a name and members (the functional API) makes
+# class attributes named by text made at run time
+ENUM_CLASSES = {"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ReprEnum"}
 # [ours] classes whose repr is their bare name: in scope for answers (and outputs must be shown
 # with them) whenever the program imports their module in any form
 REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque, defaultdict",
@@ -197,16 +229,17 @@ def check(tree):
     """Layer 1 on a parsed text: raise Invalid for what the module docstring lists; -> its nodes.
     (Tests switch it off by setting screen.check = screen.nodes.)"""
     found = nodes(tree)
-    imported, bound, modules, direct = _bindings(found)
-    _check_uses(found, imported, bound, modules, direct)
+    imported, bound, modules, direct, one = _bindings(found)
+    _check_uses(found, imported, bound, modules, direct, one)
     return found
 
 
 def _bindings(found):
     """The screen's first pass: raise Invalid for an import outside the allowlist (or of a door of
-    an allowed module); -> (names imported, names the program binds, {name: module} for names bound
-    to a module, ids of the nodes used directly: `x` in `x.attr` and in `x(...)`)."""
-    imported, bound, modules, direct = set(), set(), {}, set()
+    an allowed module), or a binding of getattr & co., type or wraps; -> (names imported, names the
+    program binds, {name: module} for names bound to a module, ids of the nodes used directly: `x`
+    in `x.attr` and in `x(...)`, ids of the functions called with one plain argument)."""
+    imported, bound, modules, direct, one = set(), set(), {}, set(), set()
     # exact types (ast.parse output), most frequent first
     for node in found:
         kind = type(node)
@@ -219,6 +252,9 @@ def _bindings(found):
         elif kind is ast.Call:
             # getattr & co. as `getattr(...)` (not an alias of it)
             direct.add(id(node.func))
+            # type and wraps as `type(x)`
+            if len(node.args) == 1 and not node.keywords and type(node.args[0]) is not ast.Starred:
+                one.add(id(node.func))
         elif kind is ast.arg:
             bound.add(node.arg)
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
@@ -237,10 +273,16 @@ def _bindings(found):
             _allowed_module(node.module)
             for alias in node.names:
                 _allowed_attribute(node.module, alias.name)
+                if alias.name in ONE_ARGUMENT and alias.asname not in (None, alias.name):
+                    raise Invalid(f"{alias.name} imported under another name")
                 imported.add(alias.asname or alias.name)
                 if f"{node.module}.{alias.name}" in ALLOWED_MODULES:
                     modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return imported, bound, modules, direct
+    # a binding anywhere would lift the checks of their calls everywhere
+    rebound = bound & (ATTR_CALLS | ONE_ARGUMENT)
+    if rebound:
+        raise Invalid(f"the name {min(rebound)} is bound by the program")
+    return imported, bound, modules, direct, one
 
 
 def _allowed_module(name):
@@ -268,40 +310,128 @@ def _module_of(node, modules):
     return None
 
 
-def _check_uses(found, imported, bound, modules, direct):
+def _check_uses(found, imported, bound, modules, direct, one):
     """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
-    attribute or string, getattr & co. or a module used other than directly, an attribute call with
-    a name that is not a constant allowed one, and monkey-patching."""
+    attribute or string, a dunder name outside DUNDERS, getattr & co. or a module used other than
+    directly, type or wraps other than called with one argument, an attribute call with a name that
+    is not a constant allowed one, a class pattern reading attributes by __match_args__, str.format
+    of text made at run time, the enum functional API, and monkey-patching."""
     for node in found:
         kind = type(node)
         if kind is ast.Name:
             if node.id in INTROSPECTION or (node.id in BANNED_NAMES and node.id not in bound):
                 raise Invalid(f"banned name: {node.id}")
-            if node.id in ATTR_CALLS and node.id not in bound and id(node) not in direct:
+            _dunder(node.id)
+            if node.id in ATTR_CALLS and id(node) not in direct:
                 raise Invalid(f"{node.id} only as a direct call")
+            if node.id in ONE_ARGUMENT and id(node) not in one:
+                raise Invalid(f"{node.id} only as a direct call with one argument")
             if node.id in modules and node.id not in bound and id(node) not in direct:
                 raise Invalid(f"the module {node.id} used as a value")
         elif kind is ast.Attribute:
             if node.attr in INTROSPECTION or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
+            _dunder(node.attr)
+            if node.attr in ONE_ARGUMENT and id(node) not in one:
+                raise Invalid(f"{node.attr} only as a direct call with one argument")
+            # a format template names attributes ("{0.x}"): only a constant one, whose fields are
+            # screened here (other string constants are data: 'mro' in a string is a word)
+            constant = type(node.value) is ast.Constant and type(node.value.value) is str
+            if node.attr in ("format", "format_map"):
+                if not constant:
+                    raise Invalid(f"{node.attr} only on a constant string")
+                _format_fields(node.value.value)
             module = _module_of(node.value, modules)
             if module is not None and f"{module}.{node.attr}" not in ALLOWED_MODULES:
                 _allowed_attribute(module, node.attr)
-        # `case str(__class__=c)` reads an attribute too
-        elif kind is ast.MatchClass:
-            for name in node.kwd_attrs:
-                if name in INTROSPECTION or name in BANNED_ATTRS:
-                    raise Invalid(f"banned attribute: {name}")
-        elif kind is ast.Constant:
-            if isinstance(node.value, str) and _INTROSPECTION_RE.search(node.value):
-                found_name = _INTROSPECTION_RE.search(node.value).group()
-                raise Invalid(f"banned name in a string: {found_name}")
         elif kind is ast.Call:
             func = node.func
-            if isinstance(func, ast.Name) and func.id in ATTR_CALLS and func.id not in bound:
+            if isinstance(func, ast.Name) and func.id in ATTR_CALLS:
                 _check_attribute_call(node, imported)
+            _check_class_maker(node)
         elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
             _check_targets(node, imported)
+        elif kind is ast.MatchClass:
+            _check_class_pattern(node, bound)
+        else:
+            for name in _names(node):
+                _dunder(name)
+
+
+def _format_fields(template):
+    """Raise Invalid if a str.format template's fields (or the fields nested in their specs) name
+    an introspection attribute, a banned one or any dunder ("{0.__globals__}", "{0:{1.gi_frame}}")."""
+    try:
+        parts = [text for _, field, spec, _ in string.Formatter().parse(template)
+                 for text in (field, spec) if text]
+    except ValueError:
+        raise Invalid("a format template that does not parse") from None
+    for text in parts:
+        for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
+            if name in INTROSPECTION or name in BANNED_ATTRS or name.startswith("__"):
+                raise Invalid(f"banned name in a format field: {name}")
+
+
+def _names(node):
+    """The identifiers a node other than a Name or Attribute binds or passes (a def's or a class's
+    name, an argument's, a keyword's, an import's, a global's, a capture pattern's)."""
+    kind = type(node)
+    if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+        return [node.name]
+    if kind is ast.arg:
+        return [node.arg]
+    if kind is ast.alias:
+        return [node.name, node.asname]
+    if kind in (ast.Global, ast.Nonlocal):
+        return node.names
+    if kind is ast.keyword:
+        return [node.arg]
+    if kind in (ast.MatchAs, ast.MatchStar):
+        return [node.name]
+    if kind is ast.MatchMapping:
+        return [node.rest]
+    return []
+
+
+def _dunder(name):
+    """Raise Invalid for a dunder name outside DUNDERS."""
+    if name and name.startswith("__") and name.endswith("__") and name not in DUNDERS:
+        raise Invalid(f"banned dunder name: {name}")
+
+
+def _check_class_pattern(node, bound):
+    """`case C(a, b)` reads the attributes C.__match_args__ names, which a program can make at run
+    time: positional sub-patterns only for the builtins in SELF_MATCHING (one, matching the subject
+    itself). Keyword sub-patterns name their attributes in the text and are screened as such."""
+    for name in node.kwd_attrs:
+        if name in INTROSPECTION or name in BANNED_ATTRS:
+            raise Invalid(f"banned attribute: {name}")
+        _dunder(name)
+    if not node.patterns:
+        return
+    cls = node.cls
+    builtin = type(cls) is ast.Name and cls.id in SELF_MATCHING and cls.id not in bound
+    if not builtin or len(node.patterns) > 1:
+        raise Invalid("a class pattern with positional sub-patterns (only int(x), str(x), ... "
+                      "match the subject itself; use keyword sub-patterns)")
+
+
+def _check_class_maker(node):
+    """No class built from names made at run time: `type(x)(name, bases, namespace)` (type's own
+    class called with three arguments) and the enum functional API (`Enum("E", names)`)."""
+    func = node.func
+    spread = any(type(a) is ast.Starred for a in node.args) or any(
+        k.arg is None for k in node.keywords)
+    of_type = type(func) is ast.Call and type(func.func) is ast.Name and func.func.id == "type"
+    if of_type and (len(node.args) >= 3 or spread):
+        raise Invalid("type(x) called with three arguments (a class built at run time)")
+    name = None
+    if type(func) is ast.Name:
+        name = func.id
+    elif type(func) is ast.Attribute:
+        name = func.attr
+    if name in ENUM_CLASSES and (len(node.args) > 1 or node.keywords or spread):
+        raise Invalid(f"{name} called with members (the functional API)")
 
 
 def _check_attribute_call(node, imported):
@@ -354,13 +484,21 @@ def screened(text, mode="exec"):
 
 
 # code objects of the texts screened lately, compiled from the tree that was screened (one parse
-# per text; bounded: a text no longer here is parsed and screened again)
-_CODES = {}
+# per text; bounded: a text no longer here is parsed and screened again), and their characters
+_CODES, _CODES_CHARS = {}, [0]
+# [ours] the bounds of that cache: texts, and characters (a code object costs the parent ~7 bytes
+# per character of its text: 8 M characters ~ 55 MB, where 8,192 programs of 50 KB were ~2.7 GB)
+CODES_TEXTS = 8192
+CODES_CHARS = 8_000_000
 
 
 def _keep(text, mode, tree):
-    if len(_CODES) >= 8192:
+    if (text, mode) in _CODES:
+        return
+    if len(_CODES) >= CODES_TEXTS or _CODES_CHARS[0] + len(text) > CODES_CHARS:
         _CODES.clear()
+        _CODES_CHARS[0] = 0
+    _CODES_CHARS[0] += len(text)
     names = {"exec": "<program>", "eval": "<call>"}
     _CODES[text, mode] = quiet(compile, tree, names[mode], mode, dont_inherit=True)
 
@@ -509,10 +647,11 @@ def answer_value(answer):
     Invalid."""
     _short_text(answer, "answer")
     source = f"(\n{answer}\n)"
-    tree = screened(source, "eval")
     try:
-        return plain(_literal_node(tree.body), "answer"), None
+        # a literal never runs: read, not screened ('fedmro' or a key 'co_names' is an answer)
+        return plain(_literal_node(parse(source, "eval").body), "answer"), None
     except ValueError:
+        screened(source, "eval")
         return None, source
 
 

@@ -409,11 +409,17 @@ def assign_rewards(proposals, attempts, matches, cfg, tools, state):
     update); so does a valid problem none of whose attempts was generated."""
     for a in attempts:
         a["reward"] = None
-        if not a["gen"]["error"]:
+        # a void problem decides nothing: its attempts are neither rewarded nor penalised
+        if not a["gen"]["error"] and not a.get("void"):
             a["reward"] = student_reward(a["correct"], a["answer"] is not None)
     for p in proposals:
         graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
         p["solve_rate"] = logs.mean(graded) if p["valid"] else None
+        # a void problem (its own answer not graded correct in this batch): its teacher is not
+        # paid for it
+        p["void"] = any(a.get("void") for a in p["attempts"])
+        if p["void"]:
+            p["solve_rate"] = None
         p["reward"] = None
     paid = TEACHER_REWARDS[cfg["teacher_reward"]]
     if "measure" in paid:
@@ -478,7 +484,7 @@ def rate(matches, attempts, members, cfg):
     for match in matches:
         if match["teacher"] is None:
             continue
-        mine = [a["correct"] for a in attempts if a["proposal"] is not None
+        mine = [a["correct"] for a in attempts if a["proposal"] is not None and not a.get("void")
                 and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
         match["solve_rate"] = logs.mean(mine)
         match["outcome"] = MATCH_RULES[cfg["match_rule"]](match["solve_rate"], cfg)

@@ -25,7 +25,10 @@ plain (builtin, collections, fractions, decimal types) and its repr, made here f
 value (shown_output), has at most 2,000 chars and evaluates back to an equal value with the
 program's imports in scope (plus Counter/OrderedDict/deque/defaultdict, Fraction, Decimal when their
 module is imported); code_f also: 10 to 64 inputs, a message that is non-empty and does not contain
-the program, >= 2 distinct outputs. Multi-line inputs work.
+the program, >= 2 distinct outputs; every problem answerable [ours]: its natural answer (the
+output as shown, the input, the program, in the fence the prompt asks for) comes back whole through
+parse_student, and the shown output reads back through the code_o answer path to the gold.
+Multi-line inputs work.
 
 How f is called [ours; issue 22]: the same way in validation and grading, so f cannot tell them
 apart. Each input becomes plain data first: a literal is read here (ast.literal_eval, nothing
@@ -36,11 +39,13 @@ input in order (code_f students too: the hidden half is compared).
 
 Golds and grading [ours; design §3 "verdicts are decided outside the untrusted process"]: a valid
 proposal gets "gold", the canonical encoding of its value(s) (encoding.py; plain JSON data,
-stored with the problem). Children never see a gold: they run the answer and send back its value's
-encoding; the parent decodes both and compares with Python's == (AZR's semantics). code_o: a
-literal answer read here, another evaluated with the program's imports but not f; code_i: the
-answer's arguments as above, then f on them; code_f: the student's program (the teacher program's
-imports prepended, screened as one text) on every input. Problems from before golds: add_golds.
+stored with the problem, with "args", the argument lists f was called on). Children never see a
+gold: they run the answer and send back its value's encoding; the parent decodes both and compares
+with Python's == (AZR's semantics). code_o: a literal answer read here (never screened: it never
+runs), another evaluated with the program's imports but not f; code_i: the answer's arguments as
+above, then f on them; code_f: the student's program (the teacher program's imports prepended,
+screened as one text) on the stored arguments. Each problem is also graded against itself in the
+same batch; one that fails is void (grade). Problems from before golds or args: add_golds.
 
 Layer 1, the static screen, is screen.py (an import allowlist, no introspection, the text that runs
 is the text screened); layers 2-7 are sandbox.py's (`python verify.py layers`); require_isolation
@@ -101,16 +106,37 @@ _fence = prompts.fence
 
 # ------------------------------------------------------------------------------------------ parsers
 
-_FORMAT = re.compile(r"(?s).*?</think>\s*<answer>.*?</answer>")
-_ANSWER = re.compile(r"(?s)<answer>(.*?)</answer>")
+# [ours] no regex here scans to the end of the text more than once: a response holds up to
+# max_new_tokens of model text, and a lazy `.*?</answer>` tried at every `<answer>` of a response
+# with none closed is quadratic (64 KB: ~2 s a parse)
+_THINK_END = re.compile(r"</think>\s*<answer>")
 _FENCES = re.compile(r"(?s)```[ \t]*([\w-]*)[ \t]*\n(.*?)```")
 
 
+def _between(text, start, end):
+    """The bodies of the non-overlapping `start`...`end` spans of `text`, left to right (what
+    re.findall(start + "(.*?)" + end) gives), in one pass."""
+    bodies, pos = [], 0
+    while True:
+        left = text.find(start, pos)
+        if left < 0:
+            return bodies
+        right = text.find(end, left + len(start))
+        if right < 0:
+            return bodies
+        bodies.append(text[left + len(start):right])
+        pos = right + len(end)
+
+
 def _answer(response):
-    """Content of the last <answer>...</answer>, or None when the response breaks the format."""
-    if not isinstance(response, str) or not _FORMAT.match(response):
+    """Content of the last <answer>...</answer>, or None when the response breaks the format
+    (`...</think> <answer>...</answer>`)."""
+    if not isinstance(response, str):
         return None
-    return _ANSWER.findall(response)[-1]
+    head = _THINK_END.search(response)
+    if head is None or response.find("</answer>", head.end()) < 0:
+        return None
+    return _between(response, "<answer>", "</answer>")[-1]
 
 
 def _fences(text, tags):
@@ -132,7 +158,7 @@ def parse_teacher(task, response):
         inputs = [x.strip() for x in _fences(answer, {"input"})]
         messages = _fences(answer, {"message"})
         if not messages:
-            messages = re.findall(r"(?s)<message>(.*?)</message>", answer)
+            messages = _between(answer, "<message>", "</message>")
         if len(inputs) < N_INPUTS or not messages or not messages[0].strip():
             return None
         return {"inputs": inputs[-N_INPUTS:], "message": messages[0].strip()}
@@ -206,7 +232,8 @@ def _proposal(task, p):
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
-    entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules}
+    entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules,
+             "input": inputs[0].strip()}
     for k, x in enumerate(inputs):
         encoding, pack = screen.arguments(x)
         entry["args"].append(encoding)
@@ -227,40 +254,49 @@ def _call_f(entries, families, timeout):
     """f on every argument list, as validation and grading both run it. An entry: {"code": the
     program f comes from, "args": an encoding of (args, kwargs) per call, None where the input is
     not a literal, "packs": [(k, text)] for those, "pack_code": the program they are evaluated
-    with}. Step 1 (only for inputs that are not literals): the pack texts evaluated in a child per
-    family, which must agree -> the missing encodings. Step 2: f called on every argument list, in
-    a fresh child per family. -> per entry, one run per family (a failed step 1 fails them all)."""
+    with, "families" (optional): its own in place of `families`}. Step 1 (only for inputs that are
+    not literals): the pack texts evaluated in a child per family, which must agree -> the missing
+    encodings. Step 2: f called on every argument list, in a fresh child per family. -> per entry,
+    one run per family (a failed step 1 fails them all)."""
     first, owners = [], []
     for n, e in enumerate(entries):
         if not e["packs"]:
             continue
-        for family in families:
+        for family in e.get("families", families):
             calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
                           "family": family, "timeout": timeout, "audit": True})
         owners.append(n)
     failed = {}
     runs = sandbox.run(first)
-    width = len(families)
-    for j, n in enumerate(owners):
-        error = _fill_arguments(entries[n], runs[j * width:(j + 1) * width])
+    for n, chunk in zip(owners, _per_entry(entries, owners, families, runs)):
+        error = _fill_arguments(entries[n], chunk)
         if error:
             failed[n] = sandbox.failed(error)
     second, owners = [], []
     for n, e in enumerate(entries):
         if n in failed:
             continue
-        for family in families:
+        for family in e.get("families", families):
             second.append({"code": screen.compiled(e["code"]), "args": e["args"],
                            "family": family, "timeout": timeout, "audit": True})
         owners.append(n)
     runs = sandbox.run(second)
-    out = {}
-    for j, n in enumerate(owners):
-        out[n] = runs[j * width:(j + 1) * width]
+    out = dict(zip(owners, _per_entry(entries, owners, families, runs)))
     for n, run in failed.items():
-        out[n] = [run] * width
+        out[n] = [run] * len(entries[n].get("families", families))
     return [out[n] for n in range(len(entries))]
+
+
+def _per_entry(entries, owners, families, runs):
+    """Runs made in order for the entries numbered `owners`, one per family of each -> a list of
+    runs per owner."""
+    chunks, start = [], 0
+    for n in owners:
+        width = len(entries[n].get("families", families))
+        chunks.append(runs[start:start + width])
+        start += width
+    return chunks
 
 
 def _fill_arguments(entry, runs):
@@ -292,9 +328,11 @@ def _argument_list(value):
     return all(type(key) is str and key.isidentifier() for key in kwargs)
 
 
-def _validity(task, a, b, modules):
+def _validity(task, a, b, entry):
     """The verdict on a proposal's two runs (decided here, on what the children sent) -> result
-    keys. The outputs students see are the reprs of the decoded golds, made here."""
+    keys. The outputs students see are the reprs of the decoded golds, made here; "args" are the
+    argument lists f was called on (grading calls f on these again, never re-evaluating an
+    input's text)."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
     # plain JSON data from both: == is safe
@@ -303,14 +341,54 @@ def _validity(task, a, b, modules):
     shown = []
     for encoding in a["values"]:
         try:
-            shown.append(shown_output(encoding, modules))
+            shown.append(shown_output(encoding, entry["modules"]))
         except Invalid as e:
             return {"reason": f"invalid output: {e}"}
     if task == "code_f" and len(set(shown)) < 2:
         return {"reason": "fewer than 2 distinct outputs"}
+    why = _unanswerable(task, entry, shown, a["values"])
+    if why:
+        return {"reason": why}
     if task == "code_f":
-        return {"valid": True, "reason": "valid", "outputs": shown, "gold": a["values"]}
-    return {"valid": True, "reason": "valid", "output": shown[0], "gold": a["values"][0]}
+        return {"valid": True, "reason": "valid", "outputs": shown, "gold": a["values"],
+                "args": entry["args"]}
+    return {"valid": True, "reason": "valid", "output": shown[0], "gold": a["values"][0],
+            "args": entry["args"]}
+
+
+# what a student answers with, and the fence the prompts ask for it in
+_ANSWERED = {"code_o": "output", "code_i": "input", "code_f": "program"}
+_ANSWER_FENCE = {"code_o": "output", "code_i": "input", "code_f": "python"}
+
+
+def natural_response(task, text):
+    """The response of a student who knows the answer `text`, written as the prompts ask: a fence
+    of the answer's kind inside the answer tags."""
+    return f"...</think>\n<answer>\n{fence(_ANSWER_FENCE[task], text)}\n</answer>"
+
+
+def _unanswerable(task, entry, shown, gold):
+    """[ours] Why no student can give the right answer, or "": the natural answer must come back
+    whole through parse_student (no `</answer>` or ``` in it): code_f the teacher's program, else
+    both the input (a code_i answer) and the output as shown (a code_o answer; the two tasks share
+    programs); and the output must read back through the code_o answer path to a value equal to
+    the gold (no word in it the screen refuses)."""
+    natural = {"code_i": entry["input"], "code_o": shown[0]}
+    if task == "code_f":
+        natural = {"code_f": entry["code"].strip("\n").rstrip()}
+    for kind, text in natural.items():
+        if parse_student(kind, natural_response(kind, text)) != text:
+            what = _ANSWERED[kind]
+            return f"the answer format cannot carry the {what} (`</answer>` or ``` in it)"
+    if task == "code_f":
+        return ""
+    try:
+        encoding, source = screen.answer_value(shown[0])
+    except Invalid as e:
+        return f"the output cannot be given as an answer: {e}"
+    if source is None and not equal(gold[0], encoding):
+        return "the output does not read back to the value it shows"
+    return ""
 
 
 def _output_key(task):
@@ -344,7 +422,7 @@ def validate(task, proposals, timeout=5.0):
         runs = _call_f(entries, (0, 1), timeout)
     for i, entry, (a, b) in zip(owners, entries, runs):
         try:
-            results[i].update(_validity(task, a, b, entry["modules"]))
+            results[i].update(_validity(task, a, b, entry))
         # what a child sent does not parse: this item fails, alone
         except (ValueError, RecursionError, MemoryError):
             results[i]["reason"] = "error: malformed result"
@@ -352,9 +430,10 @@ def validate(task, proposals, timeout=5.0):
 
 
 def add_golds(task, problems, timeout=5.0):
-    """Problems stored before golds were (no "gold" key: an old archive or checkpoint) -> the same
-    list with "gold" filled in by validating each again; None in place of one that is no longer
-    valid or whose output changed. Problems that have a "gold" come back unchanged, unrun."""
+    """Problems stored before golds were (no "gold" or no "args" key: an old archive or checkpoint)
+    -> the same list with "gold" and "args" filled in by validating each again; None in place of
+    one that is no longer valid or whose output changed. Problems that have both come back
+    unchanged, unrun."""
     key = _output_key(task)
     # what validate reads of a problem
     if task == "code_f":
@@ -363,7 +442,7 @@ def add_golds(task, problems, timeout=5.0):
         fields = ("program", "input")
     out, todo = list(problems), []
     for i, p in enumerate(problems):
-        if not isinstance(p, dict) or "gold" not in p:
+        if not isinstance(p, dict) or "gold" not in p or "args" not in p:
             todo.append(i)
     proposals = []
     for i in todo:
@@ -375,14 +454,45 @@ def add_golds(task, problems, timeout=5.0):
         same = isinstance(problems[i], dict) and r[key] == problems[i].get(key)
         out[i] = None
         if r["valid"] and same:
-            out[i] = dict(problems[i], gold=r["gold"])
+            out[i] = dict(problems[i], gold=r["gold"], args=r["args"])
     return out
+
+
+def _teacher_args(task, a, n):
+    """The argument lists f was called on in validation (the problem's "args"), or None for a
+    problem from before they were stored (its inputs are then read again). Raises Invalid."""
+    if "args" not in a:
+        return None
+    args = a["args"]
+    if type(args) is not list or len(args) != n or not all(map(_argument_list, args)):
+        raise Invalid("bad request: args must be one argument-list encoding per input")
+    return args
+
+
+def _arguments_entry(code, pack_code, texts, known):
+    """An entry for _call_f that calls f (from `code`) on the argument lists `known` (encodings)
+    where given, else on the input texts read again (literals here, packs evaluated with
+    `pack_code`). Raises Invalid."""
+    entry = {"code": code, "pack_code": pack_code, "args": [], "packs": []}
+    for k, x in enumerate(texts):
+        if known is not None and known[k] is not None:
+            entry["args"].append(known[k])
+            continue
+        if not isinstance(x, str):
+            raise Invalid("bad request: inputs must be strings")
+        encoding, pack = screen.arguments(x)
+        entry["args"].append(encoding)
+        if pack is not None:
+            entry["packs"].append((k, pack))
+    return entry
 
 
 def _attempt(task, a):
     """One attempt -> (what to run: an entry for _call_f, a code_o expression job, or None when
     the answer is a literal read here; its value(s) if known already; the slice of values compared;
-    the gold encodings they must equal). The job holds no gold. Raises Invalid."""
+    the gold encodings they must equal; the self-check: code_i the slice of the same run that holds
+    f on the teacher's own input, else None; an entry that runs the teacher's own program on its
+    own inputs (code_o, code_f), else None). The jobs hold no gold. Raises Invalid."""
     _request(a, {"answer": str})
     if "gold" not in a:
         raise Invalid("bad request: no gold encoding (a problem from before golds were stored; "
@@ -393,81 +503,127 @@ def _attempt(task, a):
         if not 2 <= n <= MAX_INPUTS or len(a["outputs"]) != n or len(a["gold"]) != n:
             raise Invalid("bad request: inputs, outputs and gold must be lists of the same length "
                           f">= 2 and <= {MAX_INPUTS}")
+        known = _teacher_args(task, a, n)
         teacher, gold_imports, _ = screen.prepare(a["program"])
         student = screen.prepare(a["answer"])[0]
         # the teacher program's imports prepended (as AZR), screened as the one text that runs
         code = screen.prepare(gold_imports + "\n" + student)[0]
-        entry = {"code": code, "pack_code": teacher, "args": [], "packs": []}
-        for k, x in enumerate(a["inputs"]):
-            if not isinstance(x, str):
-                raise Invalid("bad request: inputs must be strings")
-            encoding, pack = screen.arguments(x)
-            entry["args"].append(encoding)
-            if pack is not None:
-                entry["packs"].append((k, pack))
+        # on the argument values validation called f on, never an input's text evaluated again
+        entry = _arguments_entry(code, teacher, a["inputs"], known)
+        check = _arguments_entry(teacher, teacher, a["inputs"], known)
         # called on every input, in order, as in validation; the hidden half is compared
-        return entry, None, slice(n // 2, n), a["gold"][n // 2:]
+        return entry, None, slice(n // 2, n), a["gold"][n // 2:], None, check
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
     program, imports, _ = screen.prepare(a["program"])
+    known = _teacher_args(task, a, 1)
+    if known is None:
+        known = [None]
     # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
+        check = _arguments_entry(program, program, [a["input"]], known)
         encoding, source = screen.answer_value(a["answer"])
         if source is None:
-            return None, [encoding], slice(0, 1), [a["gold"]]
+            return None, [encoding], slice(0, 1), [a["gold"]], None, check
         job = {"code": screen.compiled(imports), "calls": [screen.compiled(source, "eval")],
                "audit": True}
-        return job, None, slice(0, 1), [a["gold"]]
-    # code_i: the answer's arguments, then f on them as plain data, as validation ran it
-    encoding, pack = screen.arguments(a["answer"])
-    entry = {"code": program, "pack_code": program, "args": [encoding], "packs": []}
-    if pack is not None:
-        entry["packs"].append((0, pack))
-    return entry, None, slice(0, 1), [a["gold"]]
+        return job, None, slice(0, 1), [a["gold"]], None, check
+    # code_i: the answer's arguments, then f on them as plain data, as validation ran it; then,
+    # in the same child (the same hash seed, addresses, f), f on the teacher's own input
+    entry = _arguments_entry(program, program, [a["answer"], a["input"]], [None] + known)
+    return entry, None, slice(0, 1), [a["gold"]], slice(1, 2), None
+
+
+def _problem_key(a):
+    """What identifies an attempt's problem within a batch: its program, inputs and gold."""
+    if not isinstance(a, dict):
+        return None
+    try:
+        return json.dumps([a.get("program"), a.get("input"), a.get("inputs"), a.get("gold")],
+                          default=repr)
+    except (ValueError, RecursionError):
+        return None
 
 
 def grade(task, attempts, timeout=5.0):
-    """Attempts -> [{"correct", "reason"}], run in the sandbox in parallel and judged here. An
-    attempt is a problem as validate made it ("program", "input"/"inputs", "output(s)", "gold";
-    other keys ignored) plus "answer": code_o an output, code_i an input, code_f a program (run on
-    every input, in order, as the teacher's was; graded on the hidden last half). Correct when each
-    gold == the answer's value (Python's ==, as AZR, on values decoded here from plain data:
-    builtin types only, so no always-equal object). A literal code_o answer is read here, without a
-    run. `answer` None (a format error) scores False."""
+    """Attempts -> [{"correct", "reason", "void"}], run in the sandbox in parallel and judged here.
+    An attempt is a problem as validate made it ("program", "input"/"inputs", "output(s)", "gold",
+    "args"; other keys ignored) plus "answer": code_o an output, code_i an input, code_f a program
+    (run on every input, in order, as the teacher's was; graded on the hidden last half). Correct
+    when each gold == the answer's value (Python's ==, as AZR, on values decoded here from plain
+    data: builtin types only, so no always-equal object). A literal code_o answer is read here,
+    without a run. `answer` None (a format error) scores False.
+
+    [ours; issue 22] The problem is checked against itself in the same batch: code_i, f on the
+    teacher's own input in the same child as each attempt (after it: the same hash seed, addresses
+    and f); code_o and code_f, the teacher's program on its own inputs once per family. A problem
+    whose own answer is not graded correct somewhere is VOID: every attempt of it in the batch is
+    "void" (not correct, and neither rewarded nor penalised: a problem whose answer depends on the
+    world it runs in decides nothing)."""
     _task(task)
-    results, entries, jobs, known = [], [], [], []
+    results, entries, jobs, known, checks = [], [], [], [], []
     with screen.silenced():
         for i, a in enumerate(attempts):
-            results.append({"correct": False, "reason": ""})
+            results.append({"correct": False, "reason": "", "void": False})
             try:
                 if isinstance(a, dict) and a.get("answer", "") is None:
                     raise Invalid("no answer (format error)")
-                work, values, compared, gold = _attempt(task, a)
+                work, values, compared, gold, itself, check = _attempt(task, a)
             except Invalid as e:
                 results[i]["reason"] = str(e)
                 if not str(e).startswith("bad request"):
                     results[i]["reason"] = f"invalid answer: {e}"
                 continue
+            key = _problem_key(a)
+            if check is not None and key not in {k for k, _, _, _ in checks}:
+                full = a["gold"]
+                if task != "code_f":
+                    full = [full]
+                checks.append((key, dict(check, families=(0, 1)), slice(0, len(full)), full))
             if values is not None:
-                known.append((i, {"ok": True, "values": values}, compared, gold))
+                known.append((i, {"ok": True, "values": values}, compared, gold, key, None))
             elif "calls" in work:
-                jobs.append((i, dict(work, timeout=timeout), compared, gold))
+                jobs.append((i, dict(work, timeout=timeout), compared, gold, key, None))
             else:
-                entries.append((i, work, compared, gold))
-        runs = sandbox.run([job for _, job, _, _ in jobs])
-        done = known + [(i, run, c, g) for (i, _, c, g), run in zip(jobs, runs)]
-        runs = _call_f([e for _, e, _, _ in entries], (None,), timeout)
-    done += [(i, run[0], c, g) for (i, _, c, g), run in zip(entries, runs)]
-    for i, run, compared, gold in done:
+                entries.append((i, work, compared, gold, key, itself))
+        runs = sandbox.run([job for _, job, _, _, _, _ in jobs])
+        done = list(known)
+        for (i, _, compared, gold, key, itself), run in zip(jobs, runs):
+            done.append((i, run, compared, gold, key, itself))
+        work = [e for _, e, _, _, _, _ in entries] + [c for _, c, _, _ in checks]
+        runs = _call_f(work, (None,), timeout)
+    for (i, _, compared, gold, key, itself), run in zip(entries, runs):
+        done.append((i, run[0], compared, gold, key, itself))
+    void = set()
+    for (key, _, compared, gold), runs_of in zip(checks, runs[len(entries):]):
+        for run in runs_of:
+            if not _matches(run, compared, gold):
+                void.add(key)
+    for i, run, compared, gold, key, itself in done:
+        if itself is not None and run["ok"] and not _matches(run, itself, gold):
+            void.add(key)
+    for i, run, compared, gold, key, _ in done:
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue
-        values = run["values"][compared]
-        correct = len(values) == len(gold) and all(equal(g, v) for g, v in zip(gold, values))
+        correct = _matches(run, compared, gold)
         results[i]["correct"] = correct
         results[i]["reason"] = "wrong answer"
         if correct:
             results[i]["reason"] = "correct"
+    for i, a in enumerate(attempts):
+        if results[i]["reason"].startswith("bad request") or _problem_key(a) not in void:
+            continue
+        results[i].update(correct=False, void=True,
+                          reason="void: the problem's own answer is not graded correct here")
     return results
+
+
+def _matches(run, compared, gold):
+    """Do a run's values in the slice `compared` equal the gold encodings (Python's ==)?"""
+    if not run["ok"]:
+        return False
+    values = run["values"][compared]
+    return len(values) == len(gold) and all(equal(g, v) for g, v in zip(gold, values))
 
 
 # -------------------------------------------------------------------------- encodings, decided here
@@ -480,6 +636,10 @@ def shown_output(encoding, modules):
     inf,
     a NaN Decimal, a defaultdict's factory, a Counter without collections imported, ...; or when it
     is longer than MAX_REPR chars or not valid UTF-8 text."""
+    # [ours] bounded first: decoding and repr of a 60,000-item value cost the parent ~0.5 s, which
+    # a 50-char program can ask for with every proposal
+    if not repr_fits(encoding, MAX_REPR):
+        raise Invalid(f"output repr longer than {MAX_REPR} chars")
     try:
         value = decode(encoding)
     except ValueError:
@@ -495,6 +655,29 @@ def shown_output(encoding, modules):
         raise Invalid(f"output repr longer than {MAX_REPR} chars")
     _utf8(text)
     return text
+
+
+def repr_fits(encoding, limit):
+    """Could the value an encoding (a child's, not decoded yet) stands for have a repr of at most
+    `limit` chars? -> False when it surely cannot, after looking at no more than ~limit of its
+    nodes. Counts a lower bound of the repr's length: a char per list of the encoding (each value
+    and each key-value pair shows at least one), and for each string beyond 24 chars (tags,
+    floats in hex) half its extra length (a str's text, an int's or a Fraction's hex digits, a
+    Decimal's text, a bytes' hex all show at least that many chars)."""
+    stack, units = [encoding], 0
+    while stack:
+        node = stack.pop()
+        if type(node) is list:
+            units += 1
+            # a tag list has at most 4 entries; a list of items, one per item shown
+            if len(node) > limit + 4:
+                return False
+            stack.extend(node)
+        elif type(node) is str:
+            units += max(0, len(node) - 24) // 2
+        if units > limit:
+            return False
+    return True
 
 
 def _showable(value, in_scope):

@@ -5,8 +5,8 @@ pool, and what it keeps in memory every child inherits.
 
   python zygote.py --worker N HOMES UID_BASE PROGRAMS KIND [SITE ...]   (started by sandbox._start)
 
-The child side (_child, _evaluate, _audit) runs model and benchmark code; everything it needs is
-bound here before layer 3 disables os functions for user code.
+The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs
+is bound here before layer 3 disables os functions for user code.
 """
 import ctypes
 import gc
@@ -38,11 +38,14 @@ STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
+# a child's time limit is CPU seconds; one still running after WALL_FACTOR times that (+ 1 s) of
+# wall clock (asleep, blocked, or starved on a host loaded far past its cores) is killed too
+WALL_FACTOR = 4
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
 # widened to the pure computing modules of the standard library), loaded in every zygote: a
-# validation or grading child may import nothing else (_audit)
+# validation or grading child may import nothing else (_audit_hook)
 ALLOWED_MODULES = ("collections collections.abc itertools functools operator math cmath "
                    "statistics fractions decimal numbers heapq bisect array copy string re "
                    "textwrap unicodedata typing enum json json.decoder json.encoder json.scanner "
@@ -114,55 +117,69 @@ def _evaluate(job, exec_=exec, eval_=eval):
 # modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
 # is an import the hook sees and refuses.
 # Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
-_AUDIT_PASS = {"builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"}
-_AUDIT_SETTABLE = {"__module__", "__qualname__", "__name__", "__doc__", "__bases__",
-                   "__defaults__", "__kwdefaults__"}
+_AUDIT_PASS = frozenset(("builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"))
+_AUDIT_SETTABLE = frozenset(("__module__", "__qualname__", "__name__", "__doc__", "__bases__",
+                             "__defaults__", "__kwdefaults__"))
 # the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
 _NAMEDTUPLE_NEW = re.compile(r"lambda _cls, (?P<a>[\w, ]*): _tuple_new\(_cls, \((?P=a)\)\)")
-# whether the hook is armed (in a child, from just before the program runs), the job's own code
-# objects, and whether the next exec is of a compile allowed just before
-_audit_state = {"armed": False, "ours": (), "granted": False}
+# the event that arms the hook: raised by the harness (_watch) with the job's own code objects
+_ARM = "populora.arm"
 
 
 def _watch(job):
-    """Arm layer 3 in a validation or grading child (see _audit; its zygote installed the hook,
+    """Arm layer 3 in a validation or grading child (see _audit_hook; its zygote installed the hook,
     disarmed, and kept only the allowed modules in sys.modules: _models_only)."""
-    _audit_state["ours"] = (job["code"], *job.get("calls", ()))
-    _audit_state["armed"] = True
+    sys.audit(_ARM, (job["code"], *job.get("calls", ())))
 
 
-def _audit(event, args):
-    """The audit hook of layer 3: returns for what computing needs, raises for the rest (an import
-    of a module not allowed, open, compile, exec of code that is not the job's, a code object or
-    function made, a frame, a restricted attribute read such as gi_frame or __code__, os / ctypes /
-    socket / marshal / gc / ... events). sys._getframe raises ValueError, which typing, enum and
-    namedtuple catch."""
-    if not _audit_state["armed"] or event in _AUDIT_PASS:
-        return
-    if event == "exec":
-        # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
-        for code in _audit_state["ours"]:
-            if args[0] is code:
+def _audit_hook():
+    """-> the audit hook of layer 3 (a fresh one, disarmed). Its state lives in this closure, which
+    nothing but the hook (held by the interpreter, and by no Python object: sys offers no way to
+    list hooks; gc's listings are refused events) can reach, and it changes one way only: the first
+    _ARM event arms it for good with the job's code objects; a second one is refused. So no data
+    write by user code can disarm it or widen what it lets through.
+
+    Armed, it returns for what computing needs and raises for the rest (an import of a module not
+    allowed, open, compile, exec of code that is not the job's, a code object or function made, a
+    frame, a restricted attribute read such as gi_frame or __code__, os / ctypes / socket / marshal
+    / gc / ... events). sys._getframe raises ValueError, which typing, enum and namedtuple catch."""
+    # armed, the job's code objects, whether the next exec is of a compile allowed just before
+    state = {"armed": False, "ours": (), "granted": False}
+    # what it lets through, held here too: rebinding the module's names changes nothing
+    arm, passing, settable, grant = _ARM, _AUDIT_PASS, _AUDIT_SETTABLE, _NAMEDTUPLE_NEW
+
+    def hook(event, args):
+        if not state["armed"]:
+            if event == arm:
+                state.update(armed=True, ours=args[0])
+            return
+        if event in passing:
+            return
+        if event == "exec":
+            # a plain loop: a generator here costs a child ~10 copy-on-write faults per exec
+            for code in state["ours"]:
+                if args[0] is code:
+                    return
+            if state["granted"]:
+                state["granted"] = False
                 return
-        if _audit_state["granted"]:
-            _audit_state["granted"] = False
-            return
-    elif event == "compile":
-        # eval hands the hook its text as UTF-8 bytes
-        source = args[0]
-        if type(source) is bytes:
-            source = source.decode("utf-8", "replace")
-        if type(source) is str and _NAMEDTUPLE_NEW.fullmatch(source):
-            _audit_state["granted"] = True
-            return
-    # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
-    # function's __code__ nor an object's __class__
-    elif event in ("object.__setattr__", "object.__delattr__"):
-        if type(args[1]) is str and args[1] in _AUDIT_SETTABLE:
-            return
-    elif event == "sys._getframe":
-        raise ValueError("no frames in the sandbox")
-    raise RuntimeError(f"not allowed in the sandbox: {event}")
+        elif event == "compile":
+            # eval hands the hook its text as UTF-8 bytes
+            source = args[0]
+            if type(source) is bytes:
+                source = source.decode("utf-8", "replace")
+            if type(source) is str and grant.fullmatch(source):
+                state["granted"] = True
+                return
+        # a class's names, bases (typing.NamedTuple sets them) and a function's defaults; not a
+        # function's __code__ nor an object's __class__
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            if type(args[1]) is str and args[1] in settable:
+                return
+        elif event == "sys._getframe":
+            raise ValueError("no frames in the sandbox")
+        raise RuntimeError(f"not allowed in the sandbox: {event}")
+    return hook
 
 
 def _encoded(value):
@@ -175,8 +192,9 @@ def _encoded(value):
 def _outcome(job):
     """Run a job -> its result line: one JSON object {"ok", "error", "stdout", "values"} (values:
     JSON texts from _evaluate), built with the C string escaper alone (json.dumps costs ~80
-    copy-on-write faults in a fresh child). User code can write such a line too: the parent trusts
-    nothing in it (see _parse_answer)."""
+    copy-on-write faults in a fresh child). User code that found the pipe could write such a line,
+    but not the job's token before it (_job); the parent trusts nothing in it either (see
+    _parse_answer)."""
     values, error = None, ""
     try:
         values = _evaluate(job)
@@ -221,15 +239,19 @@ class _GuardHook:
         return spec
 
 
-def _child(settings, requests, wfd, limits, uid):
+def _child(settings, requests, wfd, limits, uid, token):
     """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
     job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
     while it is alive (the zygote reads the next job's settings once it is gone), so no job ever
     passes through the zygote, of which every later child is a copy; acknowledge it (a byte of a
-    page shared with the zygote: the pipe is in step), finish the lock-down, run, write one JSON line
-    to wfd, _exit. Never returns. The syscalls used are this module's own bindings (layer 3 sets os.<name> = None for
-    user code); user code starts after every limit."""
+    page shared with the zygote: the pipe is in step), finish the lock-down, run, write `token` (the
+    zygote's, for this job) and one JSON line to wfd, _exit. Never returns. The syscalls used are
+    this module's own bindings (layer 3 sets os.<name> = None for user code); user code starts after
+    every limit."""
     try:
+        # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
+        # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
+        signal.setitimer(signal.ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
             _setuid(uid)
@@ -257,7 +279,7 @@ def _child(settings, requests, wfd, limits, uid):
         error = escape("sandbox set-up failed: " + describe(e))
         line = '{"ok": false, "error": %s, "stdout": "", "values": null}\n' % error
     try:
-        _write_all(wfd, line.encode())
+        _write_all(wfd, token + line.encode())
     except BaseException:
         pass
     _exit(0)
@@ -379,7 +401,7 @@ CODECS = ("ascii", "latin-1", "utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-
 
 def _models_only():
     """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
-    codecs' and warnings (children import nothing: _audit refuses it), so that os, sys, ctypes,
+    codecs' and warnings (children import nothing: _audit_hook refuses it), so that os, sys, ctypes,
     builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
     here, disarmed, its code made ready (quickened) here rather than written in every child."""
     import codecs
@@ -393,14 +415,16 @@ def _models_only():
         if top.lstrip("_") in keep or top in ("encodings", "codecs", "_codecs", "warnings"):
             continue
         del sys.modules[name]
+    # a hook of the same code, armed and run here, then dropped: its code is quickened here rather
+    # than written in every child
     code = compile("0", "<w>", "eval")
-    _audit_state.update(armed=True, ours=(code,))
+    warm = _audit_hook()
+    warm(_ARM, ((code,),))
     for _ in range(9):
-        _audit("builtins.id", (0,))
-        _audit("exec", (code,))
-    _audit_state.update(armed=False, ours=())
+        warm("builtins.id", (0,))
+        warm("exec", (code,))
     # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
-    sys.addaudithook(_audit)
+    sys.addaudithook(_audit_hook())
 
 
 def _load_libc():
@@ -541,9 +565,9 @@ def _serve(requests, replies, jobs, uid):
         settings = dict(zip(("length", "timeout_ms", "memory_mb", "stdout_cap"), numbers))
         # unguessable: no child can prepare the next one's
         workdir = f"{jobs}/{os.urandom(8).hex()}"
-        header, size, retire = _job(settings, requests, workdir, uid, view)
+        header, start, size, retire = _job(settings, requests, workdir, uid, view)
         _write_all(replies, header)
-        _write_all(replies, view[:size])
+        _write_all(replies, view[start:size])
         result.madvise(mmap.MADV_DONTNEED, 0, size)
         if retire:
             return
@@ -551,14 +575,16 @@ def _serve(requests, replies, jobs, uid):
 
 def _job(settings, requests, workdir, uid, view):
     """Fork a child for one job in a fresh cwd, made here and given to the child's uid; the child
-    reads the job from `requests`. Wait for its acknowledgement, result line and exit within the
-    deadline, kill it, clean up. Reads the child's line into `view` -> (header
-    b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", size of the line in view, retire), where the line is
-    the child's or one of ours,
-    and retire says the clean-up failed or the request pipe may be out of step (no
+    reads the job from `requests`. Wait for its acknowledgement, result line and exit (its CPU time
+    is limited in the child; here, the wall-clock backstop), kill it, clean up. Reads the child's
+    output into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", start and end of the
+    line in view, retire), where the line is the one the harness wrote after this job's token, or
+    one of ours, and retire says the clean-up failed or the request pipe may be out of step (no
     acknowledgement in the shared page)."""
     timeout = settings["timeout_ms"] / 1000
     cap = min(settings["stdout_cap"], STDOUT_CAP)
+    # a child's limit is CPU time (_child); the wall clock only ends one that sleeps or waits
+    backstop = timeout * WALL_FACTOR + 1.0
     _out.buffer.cap = cap
     limits = _limits(settings["memory_mb"], timeout, uid)
     # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
@@ -575,6 +601,10 @@ def _job(settings, requests, workdir, uid, view):
             os.pwrite(fd, b"%d" % (int.from_bytes(os.urandom(4), "little") % top), 0)
         except OSError:
             pass
+    # the child writes it before its line: a line without it is not the harness's (user code that
+    # found the pipe cannot know it: it lives in this frame and the child's, which the armed audit
+    # hook keeps user code out of)
+    token = os.urandom(16).hex().encode()
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
     # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has
@@ -584,11 +614,11 @@ def _job(settings, requests, workdir, uid, view):
         raise OSError("fork failed")
     if pid == 0:
         _close(r)
-        _child(settings, requests, w, limits, uid)
+        _child(settings, requests, w, limits, uid, token)
     _close(w)
     # JSON escapes grow text 6x (\uXXXX)
-    limit = min(cap * 6 + (1 << 20), len(view))
-    size, error = _read_line(r, view, limit, start + timeout)
+    limit = min(cap * 6 + (1 << 20) + len(token), len(view))
+    size, error = _read_line(r, view, limit, start + backstop)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
     _kill_pid(pid, signal.SIGKILL)
@@ -602,14 +632,17 @@ def _job(settings, requests, workdir, uid, view):
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
     one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1
-    if in_step and not error and one_line:
-        # exactly one line, the child's (the parent checks it all)
-        return header, size, retire
+    ours = view[:len(token)] == token
+    if in_step and not error and one_line and ours:
+        # exactly one line, the harness's (the parent checks it all)
+        return header, len(token), size, retire
+    if not error and one_line and not ours:
+        error = "a result line the harness did not write"
     if not error:
-        error = _no_result(status, size)
+        error = _no_result(status, size, cpu >= timeout)
     line = (json.dumps({"ok": False, "error": error, "stdout": "", "values": None}) + "\n").encode()
     view[:len(line)] = line
-    return header, len(line), retire
+    return header, 0, len(line), retire
 
 
 def _limits(memory_mb, timeout, uid):
@@ -640,12 +673,16 @@ def _read_line(fd, view, limit, deadline):
             return size, ""
 
 
-def _no_result(status, size):
-    """Why a child that was not stopped gave no one-line result: its exit status (from wait4) and
-    the bytes it wrote."""
+def _no_result(status, size, spent):
+    """Why a child that was not stopped gave no one-line result: its exit status (from wait4), the
+    bytes it wrote, whether it had used its CPU time."""
     code = os.waitstatus_to_exitcode(status)
     if size:
         return "malformed result"
+    # its CPU time spent: _child's timer, or RLIMIT_CPU (SIGXCPU, then SIGKILL at the hard limit
+    # when the program blocked the signals before it)
+    if -code in (signal.SIGPROF, signal.SIGXCPU) or (-code == signal.SIGKILL and spent):
+        return "timeout"
     if code < 0 and -code != signal.SIGKILL:
         return f"crashed ({signal.Signals(-code).name})"
     return f"exited (code {code}) without a result"

@@ -2,10 +2,11 @@
 work, traced with strace; prints ONE JSON line. It is how isolation.ALLOWED_SYSCALLS (layer 7's
 allowlist) was measured, and how to check it on another kernel, C library or Python.
 
-  python bench/syscalls_used.py [--data_dir ../shared/benchmarks] [--limit 40]
+  python bench/syscalls_used.py [--data_dir data] [--limit 40]
 
-The work: the 256 AZR code_o seeds validated and graded (code_o and code_i, their own answers),
-the code_f seeds validated and graded, and, with --data_dir, `evaluate.py selfcheck` on HumanEval+
+The work, from --data_dir (filled by `python evaluate.py fetch`; each part skipped when absent):
+the 256 AZR code_o seeds validated and graded (code_o and code_i, their own answers), the code_f
+seeds validated and graded, and `evaluate.py selfcheck` on HumanEval+
 and MBPP+ (canonical solutions under the benchmark harness: signals, timers, stdin). Needs strace
 and a root session (or ptrace rights over one's own processes). Out: {"used": [names],
 "not_allowed": [used names missing from isolation.ALLOWED_SYSCALLS], "denied_calls": how many calls
@@ -22,9 +23,9 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import data  # noqa: E402
 import isolation  # noqa: E402
 
-SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "azr_seeds")
 WORK = r'''
 import json, os, sys
 sys.path.insert(0, {root!r})
@@ -91,17 +92,18 @@ def used(trace):
 
 def main():
     parser = argparse.ArgumentParser(allow_abbrev=False)
-    parser.add_argument("--data_dir", default=os.path.join(os.path.dirname(ROOT), "shared",
-                                                           "benchmarks"))
+    parser.add_argument("--data_dir", default=os.path.join(ROOT, "data"),
+                        help="AZR seeds and benchmarks from `python evaluate.py fetch` (each skipped"
+                        " when absent)")
     parser.add_argument("--limit", type=int, default=40, help="items per benchmark")
     args = parser.parse_args()
     if not shutil.which("strace"):
         raise SystemExit("strace is not installed")
     folder = tempfile.mkdtemp(prefix="populora-syscalls-")
     names, enosys, processes = set(), 0, set()
-    work = WORK.format(root=ROOT, seeds=SEEDS)
+    work = WORK.format(root=ROOT, seeds=os.path.abspath(args.data_dir))
     runs = [[sys.executable, "-c", work]]
-    if os.path.isdir(args.data_dir):
+    if all(os.path.isfile(data.path(name, args.data_dir)) for name in ("humanevalplus", "mbppplus")):
         runs.append([sys.executable, "evaluate.py", "selfcheck", "--data_dir", args.data_dir,
                      "--benchmarks", "humanevalplus,mbppplus", "--limit", str(args.limit)])
     for n, command in enumerate(runs):

@@ -26,7 +26,6 @@ sys.path.insert(0, ROOT)
 import sandbox  # noqa: E402
 import verify  # noqa: E402
 
-SEEDS = os.path.join(os.path.dirname(ROOT), "shared", "azr_seeds", "7b_coder_seed_io.jsonl")
 
 
 def pool_cpu_s():
@@ -56,9 +55,12 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--naive", type=int, default=48,
                         help="seeds run the naive way (a process per run)")
+    parser.add_argument("--data_dir", default=os.path.join(ROOT, "data"),
+                        help="AZR's seeds from `python evaluate.py fetch`; without them, the test"
+                             " fixture's problems")
     args = parser.parse_args()
-    path = SEEDS
-    if not os.path.exists(SEEDS):
+    path = os.path.join(args.data_dir, "7b_coder_seed_io.jsonl")
+    if not os.path.exists(path):
         path = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
     rows = [json.loads(line) for line in open(path)]
     proposals = [{"program": r.get("snippet", r.get("program")), "input": r["input"]} for r in rows]

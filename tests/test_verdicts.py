@@ -36,8 +36,8 @@ def verdicts(task, problem, answers):
 # programs that behave differently when they can tell how they are called; each with an input on
 # which validation must give the same value that grading computes for that input
 TELLING = {
-    # the candidate arguments of code_i grading as a global
-    "grading_global": ("def f(x):\n    try:\n        __args__\n        return 'graded'\n"
+    # the candidate arguments of code_i grading as a global (once __args__, now a banned dunder)
+    "grading_global": ("def f(x):\n    try:\n        args\n        return 'graded'\n"
                        "    except NameError:\n        return x * 2", "21"),
     # aliasing an input builds (a value passed twice) that plain data cannot carry
     "aliased_arguments": ("def f(a, b):\n    a.append(1)\n    return [len(b), a]", "*[[0]] * 2"),
@@ -62,7 +62,13 @@ def test_the_teachers_own_input_is_graded_correct(name):
         # globals() is screened (a validity rule): this one runs with the screen off
         return _globals_seen_alike()
     problem = validated("code_o", {"program": program, "input": given})
-    assert verdicts("code_i", problem, [given, "'not an input'"]) == [True, False], problem
+    graded = verify.grade("code_i", [dict(problem, answer=a) for a in (given, "'not an input'")])
+    if name == "state_from_the_input":
+        # f counts its calls: the self-check (f on the teacher's input after the attempt, in the
+        # same child) differs, so the problem is void: neither rewarded nor penalised
+        assert [g["void"] for g in graded] == [True, True], graded
+    else:
+        assert [g["correct"] for g in graded] == [True, False], problem
     assert verdicts("code_o", problem, [problem["output"], "'wrong'"]) == [True, False]
 
 
@@ -306,3 +312,98 @@ def test_the_text_that_runs_is_the_text_screened():
         result = verify.validate("code_o", [{"program": text, "input": "1"}])[0]
         assert result["valid"] and result["output"] == "2", (breaker, result)
         assert result["program"] == text.replace("def g", "def f")
+
+
+# ---------------------------------------- class 7: attribute names made at run time (red team 2)
+
+# each a route from a string made at run time to an attribute read (getattr by another name), then
+# to `os` through an allowed module's globals; the screen refuses every one
+RUNTIME_NAMES = {
+    # a class pattern reads the attributes its class's __match_args__ names; a metaclass's
+    # __instancecheck__ makes anything match
+    "match_args": "class M(type):\n    def __instancecheck__(cls, x):\n        return True\n"
+                  "def f(x):\n    class C(metaclass=M):\n        __match_args__ = ('__glo' + "
+                  "'bals__',)\n    match f:\n        case C(g):\n            return len(g)",
+    # the same with abc's register instead of a metaclass, and a namedtuple's computed fields
+    "register": "import abc, collections\nP = collections.namedtuple('P', 'a' + 'b')\n"
+                "class C(P, abc.ABC):\n    pass\nC.register(type(f))\n"
+                "def f(x):\n    match f:\n        case C(g):\n            return g",
+    # update_wrapper copies the attributes named in `assigned` into a __setattr__ of ours
+    "update_wrapper": "import functools\nclass W:\n    def __setattr__(self, k, v):\n"
+                      "        self.v = v\ndef f(x):\n    functools.update_wrapper(W(), f, "
+                      "assigned=('__glo' + 'bals__',), updated=())\n    return x",
+    "wraps": "import functools\ndef f(x):\n    return functools.wraps(f, ('__glo' + 'bals__',))",
+    "wraps_alias": "from functools import wraps as w\ndef f(x):\n    return w(f)",
+    # a class built from a dict whose keys are made at run time (also as a code_o answer)
+    "type_three": "def f(x):\n    return type('W', (), {'__set' + 'attr__': print})",
+    "type_of_type": "def f(x):\n    return type(type(x))('W', (), {})",
+    "type_value": "def f(x):\n    t = type\n    return t(x)",
+    # binding getattr anywhere once lifted the check of its calls everywhere
+    "bound_getattr": "import statistics\ndef g(getattr):\n    return getattr\n"
+                     "def f(x):\n    return getattr(statistics.mean, '__glo' + 'bals__')",
+    "setattr_def": "class C:\n    def __setattr__(self, k, v):\n        pass\ndef f(x):\n"
+                   "    return x",
+    "getattr_def": "class C:\n    def __getattr__(self, k):\n        return k\ndef f(x):\n"
+                   "    return C().a",
+    "init_subclass": "class C:\n    def __init_subclass__(cls):\n        pass\ndef f(x):\n"
+                     "    return x",
+    "keyword_dunder": "def f(x):\n    return dict(__setattr__=x)",
+    "enum_functional": "import enum\ndef f(x):\n    return enum.Enum('E', [('__getattr__', "
+                       "print)])",
+    "format_computed": "def f(x):\n    return ('{0.__glo' + 'bals__}').format(f)",
+    "format_map": "def f(x):\n    s = '{x}'\n    return s.format_map({'x': x})",
+}
+
+
+@pytest.mark.parametrize("name", list(RUNTIME_NAMES))
+def test_no_string_made_at_run_time_becomes_an_attribute_name(name):
+    with pytest.raises(screen.Invalid):
+        screen.prepare_program(RUNTIME_NAMES[name])
+
+
+def test_ordinary_classes_and_patterns_still_pass():
+    program = ("import functools, typing\n"
+               "class P(typing.NamedTuple):\n    a: int\n    b: int = 0\n"
+               "class V:\n    def __init__(self, v):\n        self.v = v\n"
+               "    def __add__(self, o):\n        return type(self)(self.v + o.v)\n"
+               "    def __eq__(self, o):\n        return self.v == o.v\n"
+               "    def __hash__(self):\n        return hash(self.v)\n"
+               "    def __repr__(self):\n        return 'V({})'.format(self.v)\n"
+               "def deco(g):\n    @functools.wraps(g)\n    def inner(*a):\n        return g(*a)\n"
+               "    return inner\n"
+               "@deco\ndef f(x):\n    match x:\n        case int(n) if n > 5:\n"
+               "            return [P(n, n).b, repr(V(n) + V(1)), type(n).__name__]\n"
+               "        case P(a=a):\n            return a\n        case [int(a), *rest]:\n"
+               "            return a\n    return None")
+    assert validated("code_o", {"program": program, "input": "7"})["output"] == "[7, 'V(8)', 'int']"
+
+
+# with the screen off, a program that reached the zygote's globals (an allowed module's globals ->
+# sys -> the class of its stdout buffer, defined in zygote.py) and tries to switch the hook off
+ZYGOTE_GLOBALS = ("import statistics, re\n"
+                  "def f(x):\n"
+                  "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
+                  "    zg = type(out).write.__globals__\n")
+SWITCHES = {
+    # flips every switch it finds, then imports ctypes
+    "disarmed": "    for value in list(zg.values()):\n"
+                "        if type(value) is dict and 'armed' in value:\n"
+                "            value['armed'] = False\n"
+                "    return __import__('ctypes').sizeof(__import__('ctypes').c_int) * 0 + x",
+    # rebinds every set of event names with compile and exec added, every pattern (the namedtuple
+    # grant) with one that matches anything, then evals
+    "widened": "    for name, value in list(zg.items()):\n"
+               "        if type(value) in (set, frozenset):\n"
+               "            zg[name] = set(value) | {'compile', 'exec'}\n"
+               "        if type(value) is type(re.compile('')):\n"
+               "            zg[name] = re.compile('(?s).*')\n"
+               "    return eval('x')",
+}
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_the_audit_hook_cannot_be_switched_off_by_a_data_write(name, no_screen):
+    """Still refused: the hook's state and tables are its own closure's, armed once for good."""
+    program = ZYGOTE_GLOBALS + SWITCHES[name]
+    result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
+    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result

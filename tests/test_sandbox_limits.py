@@ -1,0 +1,144 @@
+"""Issue 22, the red team's second round against the sandbox's limits: a result line only the
+harness can write (their cause 2), a time limit in CPU seconds (cause 6), the parent's code cache
+bounded in characters (cause 9), and a retiring zygote that does not stall the batch (A12)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import sandbox
+import screen
+import verify
+from test_sandbox_hostile import FORGE
+
+
+@pytest.fixture
+def no_screen(monkeypatch):
+    """The static screen off: programs run as they are (any bypass of it assumed found)."""
+    monkeypatch.setattr(screen, "check", screen.nodes)
+
+
+# ------------------------------------------------------- a result line only the harness writes
+
+# f is visibly x + 1; it reaches os through an allowed module's globals (no import, no audit
+# event) and writes the line of a run that returned 99 to every fd it has, then exits
+FORGER = (FORGE.replace("import os\n", "import statistics\n") + "def f(x):\n"
+          "    forge('{\"ok\": true, \"error\": \"\", \"stdout\": \"\", "
+          "\"values\": [[\"int\", \"99\"]]}\\n')\n")
+FORGER = FORGER.replace("def forge(line):\n", "def forge(line):\n"
+                        "    os = statistics.mean.__globals__['random']._os\n")
+
+
+def test_a_child_cannot_write_the_result_line_itself(no_screen):
+    """With the screen off and os in hand, a program's own result line is refused: the zygote
+    accepts only a line after the job's token, which the harness alone holds. The honest program
+    of the batch is unaffected."""
+    honest = {"program": "def f(x):\n    return x + 1", "input": "1"}
+    forged, control = verify.validate("code_o", [{"program": FORGER, "input": "1"}, honest])
+    assert control["valid"] and control["output"] == "2", control
+    assert not forged["valid"] and "did not write" in forged["reason"], forged
+
+
+# -------------------------------------------------------------- the time limit is CPU seconds
+
+def spin_program():
+    return "def f(n):\n    s = 0\n    for i in range(n):\n        s += i\n    return s"
+
+
+def loops_for(cpu_s):
+    """The n for which spin_program's f(n) takes about `cpu_s` seconds of CPU here."""
+    n, started = 2_000_000, time.process_time()
+    s = 0
+    for i in range(n):
+        s += i
+    return int(n * cpu_s / max(time.process_time() - started, 1e-3))
+
+
+def test_a_verdict_does_not_depend_on_the_load_of_the_host():
+    """A program using ~40% of its 1 s limit in CPU is valid alone, and still valid (same output)
+    in a batch of 8 while 3 busy processes load the 2 cores: the limit is the child's CPU time, not
+    the wall clock (which timed it out under load before)."""
+    n = loops_for(0.4)
+    proposal = {"program": spin_program(), "input": str(n)}
+    alone = verify.validate("code_o", [proposal], timeout=1.0)[0]
+    assert alone["valid"], alone
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        loaded = verify.validate("code_o", [proposal] * 8, timeout=1.0)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert [r["reason"] for r in loaded] == ["valid"] * 8
+    assert {r["output"] for r in loaded} == {alone["output"]}
+
+
+def test_spinning_and_blocked_children_still_end():
+    """Past its CPU time a child ends at once ("timeout"); one that blocks uses no CPU and ends at
+    the wall-clock backstop (4 x the limit + 1 s), well before the parent's grace."""
+    spin = {"program": "def f(x):\n    while True:\n        x += 1", "input": "1"}
+    blocked = {"program": "import queue\ndef f(x):\n    return queue.Queue().get()", "input": "1"}
+    started = time.monotonic()
+    results = verify.validate("code_o", [spin, blocked], timeout=0.5)
+    took = time.monotonic() - started
+    for r in results:
+        assert not r["valid"] and "timeout" in r["reason"], r
+    assert took < 0.5 * 4 + 1 + sandbox.GRACE_S, took
+
+
+# ------------------------------------------------------------------- the parent's code cache
+
+def test_the_code_cache_is_bounded_in_characters(monkeypatch):
+    """Distinct large programs screened one after another keep at most screen.CODES_CHARS
+    characters of text (and their code objects) in the parent, not CODES_TEXTS programs of any
+    size (the red team's 50 KB programs grew the parent 0.33 MB each, to ~2.7 GB)."""
+    monkeypatch.setattr(screen, "CODES_CHARS", 300_000, raising=False)
+    screen._CODES.clear()
+    for k in range(40):
+        screen.prepare_program(f"def f(a):\n    return a + {k}\nS = '{'y' * 36_000}'\n")
+    kept = sum(len(text) for text, mode in screen._CODES)
+    assert 0 < kept <= 300_000, kept
+    # the newest text is there (screened once, then compiled from the cache)
+    assert any(text.startswith("def f(a):\n    return a + 39") for text, mode in screen._CODES)
+
+
+# ---------------------------------------------------------------- a zygote that retires
+
+
+# with the screen off: a child clears the byte that says it read its whole job, so its zygote
+# retires after the job (it cannot trust its request pipe)
+RETIRING = ("import statistics\n"
+            "def f(x):\n"
+            "    g = type(statistics.mean.__globals__['sys'].stdout.buffer).write.__globals__\n"
+            "    g['_acknowledged'][0] = 0\n"
+            "    return x")
+
+
+def test_a_retiring_zygote_does_not_stall_the_batch(no_screen, monkeypatch):
+    """Each job of a batch makes its zygote retire. The parent starts the replacements and goes on
+    with the batch: it never waits for one to be ready (a synchronous start was ~0.35 s of a
+    stalled parent per such job); the next run finds them ready."""
+    sandbox.run([{"code": "x = 1", "audit": True}])
+    waited = [0.0]
+    hello = sandbox._hello
+
+    def timed_hello(worker):
+        started = time.monotonic()
+        try:
+            return hello(worker)
+        finally:
+            waited[0] += time.monotonic() - started
+    monkeypatch.setattr(sandbox, "_hello", timed_hello)
+    before = {z["pid"] for z in sandbox.zygotes()}
+    retiring = [{"code": RETIRING, "calls": ["f(1)"], "audit": True}] * 12
+    results = sandbox.run(retiring)
+    # a zygote whose child broke the acknowledgement trusts nothing of that job
+    assert [r["error"] for r in results] == ["malformed result"] * 12, results
+    # zygotes retired and were replaced, with the parent blocked well under one start in all
+    assert len(before - {z["pid"] for z in sandbox.zygotes()}) >= 2
+    assert waited[0] < 0.1, waited
+    honest = [{"code": "def f(x):\n    return x", "calls": ["f(2)"], "audit": True}] * 4
+    assert [r["values"] for r in sandbox.run(honest)] == [[["int", "2"]]] * 4
