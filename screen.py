@@ -500,7 +500,12 @@ def _keep(text, mode, tree):
         _CODES_CHARS[0] = 0
     _CODES_CHARS[0] += len(text)
     names = {"exec": "<program>", "eval": "<call>"}
-    _CODES[text, mode] = quiet(compile, tree, names[mode], mode, dont_inherit=True)
+    try:
+        code = quiet(compile, tree, names[mode], mode, dont_inherit=True)
+    # a tree can parse and still not compile (`y = *a`: the compiler's own checks)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not compile: {getattr(e, 'msg', None) or type(e).__name__}") from None
+    _CODES[text, mode] = code
 
 
 def compiled(text, mode="exec"):

@@ -246,3 +246,15 @@ def test_a_tokenizer_whose_merges_rebuild_a_special_token_is_spelled_out():
     ids = population.text_ids(tokenizer, [text, "x = 1"])
     assert not set(ids[0] + ids[1]) & set(tokenizer.all_special_ids)
     assert tokenizer.decode(ids[0]) == text
+
+
+def test_a_student_program_that_parses_but_does_not_compile_is_wrong_not_a_crash():
+    """code_f: `y = *a` parses and fails in the compiler; grading said nothing and raised
+    SyntaxError out of verify.grade, which ended a training run (found by the README's first
+    command on a fresh clone)."""
+    inputs = [repr(w) for w in ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")]
+    problem = problem_of("code_f", {"program": "def f(x):\n    return x + 'z'",
+                                    "inputs": inputs, "message": "append z"})
+    assert problem is not None
+    verdict = graded("code_f", problem, ["def f(a):\n    y = *a\n    return y"])[0]
+    assert not verdict["correct"] and "does not compile" in verdict["reason"], verdict

@@ -175,6 +175,8 @@ VALIDITY_CASES = [
     ("def f(x):\n    return '{0:{1.__class__}}'.format(x, f)", "1", False, "banned name in a format field"),
     ("def f(x):\n    return ('{0.__glo' + 'bals__}').format(f)", "1", False, "format only on a constant"),
     ("def f(x):\n    return str(x) + 'mro' + 'co_names'", "1", True, "valid"),
+    # parses, but the compiler refuses it: invalid, never an exception out of the batch
+    ("def f(a):\n    y = *a\n    return y", "[1]", False, "does not compile"),
     ("import collections\ndef f(x):\n    collections.Counter.__eq__ = None\n    return x", "1",
      False, "imported"),
     ("from collections import Counter\ndef f(x):\n    Counter.update = None\n    return x", "1",
