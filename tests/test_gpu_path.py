@@ -177,8 +177,8 @@ def test_keep_checkpoints_removes_the_oldest(tiny_dir, tmp_path):
 
 
 def test_lora_sync_folder_falls_back_and_says_what_to_change(tmp_path):
-    folder = engines.lora_folder("", str(tmp_path / "out"), need=1)
-    assert os.path.isdir(folder)
+    folder, lock = engines.lora_folder("", str(tmp_path / "out"), need=1)
+    assert os.path.isdir(folder) and not lock.closed
     # more than any disk holds: /dev/shm and out_dir both refuse, with the flag to change in the message
     with pytest.raises(OSError, match=r"no room for the vLLM adapter sync .*--lora_dir"):
         engines.lora_folder("", str(tmp_path / "out"), need=1 << 60)
@@ -187,7 +187,7 @@ def test_lora_sync_folder_falls_back_and_says_what_to_change(tmp_path):
         # room on the out_dir's disk but not in /dev/shm: the fallback folder under out_dir
         out_free = __import__("shutil").disk_usage(tmp_path).free
         if out_free > 2 * free + 2:
-            chosen = engines.lora_folder("", str(tmp_path / "out"), need=free // 2 + 1)
+            chosen, _ = engines.lora_folder("", str(tmp_path / "out"), need=free // 2 + 1)
             assert chosen.startswith(str(tmp_path / "out" / "lora_sync"))
 
 
