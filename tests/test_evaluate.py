@@ -242,7 +242,7 @@ def _checkpoint(folder, roles, cache, scale):
     the base)."""
     import torch
     import population as P
-    cfg = dict(model="tiny", lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0,
+    cfg = dict(model="tiny", lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0, rating="trueskill",
                lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")
     import tinyworld
     base, tokenizer = P.load_base(tinyworld.model_folder("tiny", cache))
