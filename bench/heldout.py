@@ -74,7 +74,8 @@ def load(folder, ckpt):
     import engines
     import population
     base, tokenizer = population.load_base(folder)
-    run = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, lora_targets="q_proj", seed=0)
+    run = dict(lora_rank=8, lora_alpha=16, lora_dropout=0.0, lora_targets="q_proj", seed=0,
+               rating="trueskill")
     roles = []
     if ckpt:
         with open(os.path.join(ckpt, "state.json")) as f:

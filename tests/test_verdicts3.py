@@ -19,7 +19,7 @@ from encoding import encode
 
 # a one-member population on the tiny base, for the engine test
 ENGINE_CFG = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.0, seed=0, max_model_len=1024,
-                  lora_targets="q_proj,v_proj")
+                  lora_targets="q_proj,v_proj", rating="trueskill")
 
 
 def problem_of(task, proposal):
