@@ -5,9 +5,7 @@ from the config comments."""
 import gzip
 import hashlib
 import http.server
-import json
 import os
-import shutil
 import subprocess
 import sys
 import threading

@@ -1,8 +1,6 @@
 """Issue 22, the red team's second round against the sandbox's limits: a result line only the
 harness can write (their cause 2), a time limit in CPU seconds (cause 6), the parent's code cache
 bounded in characters (cause 9), and a retiring zygote that does not stall the batch (A12)."""
-import json
-import os
 import subprocess
 import sys
 import time
