@@ -2,8 +2,8 @@
 screen.py). Three files: this one, the pool in the calling process (the API); zygote.py, the
 processes it starts and their children; isolation.py, the walls a zygote puts up once.
 
-API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s"}] (job keys:
-zygote._evaluate, _pack), layers() (every layer, on or off, and why), zygotes(), shutdown(),
+API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s", "zygote"}] (job
+keys: zygote._evaluate, _pack, "family", "zygote"), layers() (every layer, on or off, and why), zygotes(), shutdown(),
 failed(error), seccomp_programs() (isolation.py's).
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs
@@ -109,7 +109,7 @@ def _start(family, kind):
                             stderr=subprocess.DEVNULL, env=env, cwd="/", start_new_session=True)
     # until its hello, "deadline" is when it must have said it
     return {"proc": proc, "family": family, "kind": kind, "buf": b"", "jobs": [],
-            "deadline": time.monotonic() + START_S, "hello": None}
+            "deadline": time.monotonic() + START_S, "hello": None, "id": _pool["count"]}
 
 
 def _homes():
@@ -232,7 +232,7 @@ def _pack(job, cache):
                 warnings.simplefilter("ignore")
                 cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
         return cache[text, name, mode]
-    body = {k: v for k, v in job.items() if k != "family"}
+    body = {k: v for k, v in job.items() if k not in ("family", "zygote")}
     body["code"] = code(job.get("code", ""), "<program>", "exec")
     body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
@@ -244,8 +244,10 @@ def _pack(job, cache):
 
 def run(jobs):
     """Run jobs (dicts, see _evaluate/_child) in parallel over the pool. A job's "family" (0, 1 or
-    None) picks the zygote family. Returns one {"ok", "error", "stdout", "values"} per job, in
-    order."""
+    None) picks the zygote family; its "zygote" (a result's "zygote" from an earlier run) pins it to
+    the zygote that ran that one: the same interpreter, hash seed and clocks (a job whose zygote has
+    been replaced since fails: "its zygote is gone"). Returns one {"ok", "error", "stdout",
+    "values", "zygote": the id of the zygote that answered, 0 if none} per job, in order."""
     results = [None] * len(jobs)
     # model programs (validation and grading: job["audit"]) and benchmark code run in zygotes of
     # their own (see _zygote_main)
@@ -261,7 +263,7 @@ def run(jobs):
         _pool["kind"] = kind
         queues = {0: [], 1: [], None: []}
         for i in reversed(range(len(jobs))):
-            queues[jobs[i].get("family")].append(i)
+            queues.setdefault(_queue(jobs[i]), []).append(i)
         try:
             _dispatch(jobs, results, queues)
         # interrupted (KeyboardInterrupt, ...): no stale job may answer later
@@ -273,11 +275,25 @@ def run(jobs):
     return results
 
 
+def _queue(job):
+    """The queue a job waits in: its zygote's when it is pinned to one, else its family's."""
+    if job.get("zygote"):
+        return ("zygote", job["zygote"])
+    return job.get("family")
+
+
 def _dispatch(jobs, results, queues):
     """The select loop of run(): feed the zygotes and collect their answers until every job has
     one."""
     cache, packed, pending = {}, {}, len(jobs)
     while pending:
+        # jobs pinned to a zygote that is not (or no longer) in the pool
+        live = {w["id"] for w in _pool["workers"] if w["kind"] == _pool["kind"]}
+        for key in [k for k in queues if isinstance(k, tuple) and k[1] not in live]:
+            for i in queues.pop(key):
+                results[i] = failed("its zygote is gone")
+                packed.pop(i, None)
+                pending -= 1
         pending -= _feed(jobs, results, queues, cache, packed)
         pending -= _collect(jobs, results, queues)
 
@@ -285,7 +301,7 @@ def _dispatch(jobs, results, queues):
 def failed(error):
     """The result of a job that gave no answer of its own."""
     return {"ok": False, "error": error, "stdout": "", "values": None, "pid": 0, "cpu_s": 0.0,
-            "wall_s": 0.0}
+            "wall_s": 0.0, "zygote": 0}
 
 
 def _feed(jobs, results, queues, cache, packed):
@@ -307,7 +323,7 @@ def _feed(jobs, results, queues, cache, packed):
                 rounds.append((depth, worker))
     for depth, w in rounds:
         while len(w["jobs"]) < depth:
-            queue = queues[w["family"]] or queues[None]
+            queue = queues.get(("zygote", w["id"])) or queues[w["family"]] or queues[None]
             if not queue:
                 break
             i = queue.pop()
@@ -396,6 +412,7 @@ def _answers(n, w, jobs, results, queues, now):
         i = w["jobs"].pop(0)
         values = len(jobs[i].get("calls", ())) + len(jobs[i].get("args", ()))
         results[i], retire = _parse_answer(line, values)
+        results[i]["zygote"] = w["id"]
         answered += 1
         # its clean-up failed: it has exited; the jobs behind go elsewhere
         if retire:
@@ -417,7 +434,7 @@ def _replace(n, worker, jobs, queues):
     """Requeue the jobs a zygote was given but will not answer; stop it; start another instead,
     without waiting for it (its start, ~0.35 s, overlaps the run: _collect takes its hello)."""
     for i in reversed(worker["jobs"]):
-        queues[jobs[i].get("family")].append(i)
+        queues.setdefault(_queue(jobs[i]), []).append(i)
     worker["jobs"] = []
     _stop(worker)
     _pool["workers"][n] = _start(worker["family"], worker["kind"])

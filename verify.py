@@ -45,7 +45,7 @@ with Python's == (AZR's semantics). code_o: a literal answer read here (never sc
 runs), another evaluated with the program's imports but not f; code_i: the answer's arguments as
 above, then f on them; code_f: the student's program (the teacher program's imports prepended,
 screened as one text) on the stored arguments. Each problem is also graded against itself in the
-same batch; one that fails is void (grade). Problems from before golds or args: add_golds.
+same batch, in children of its own; one that fails is void (grade). Problems from before golds or args: add_golds.
 
 Layer 1, the static screen, is screen.py (an import allowlist, no introspection, the text that runs
 is the text screened); layers 2-7 are sandbox.py's (`python verify.py layers`); require_isolation
@@ -254,7 +254,8 @@ def _call_f(entries, families, timeout):
     """f on every argument list, as validation and grading both run it. An entry: {"code": the
     program f comes from, "args": an encoding of (args, kwargs) per call, None where the input is
     not a literal, "packs": [(k, text)] for those, "pack_code": the program they are evaluated
-    with, "families" (optional): its own in place of `families`}. Step 1 (only for inputs that are
+    with, "families" (optional): its own in place of `families`, "zygote" (optional): the zygote
+    its runs are pinned to}. Step 1 (only for inputs that are
     not literals): the pack texts evaluated in a child per family, which must agree -> the missing
     encodings. Step 2: f called on every argument list, in a fresh child per family. -> per entry,
     one run per family (a failed step 1 fails them all)."""
@@ -265,7 +266,7 @@ def _call_f(entries, families, timeout):
         for family in e.get("families", families):
             calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
-                          "family": family, "timeout": timeout, "audit": True})
+                          "family": family, "timeout": timeout, "audit": True, **_pin(e)})
         owners.append(n)
     failed = {}
     runs = sandbox.run(first)
@@ -279,13 +280,20 @@ def _call_f(entries, families, timeout):
             continue
         for family in e.get("families", families):
             second.append({"code": screen.compiled(e["code"]), "args": e["args"],
-                           "family": family, "timeout": timeout, "audit": True})
+                           "family": family, "timeout": timeout, "audit": True, **_pin(e)})
         owners.append(n)
     runs = sandbox.run(second)
     out = dict(zip(owners, _per_entry(entries, owners, families, runs)))
     for n, run in failed.items():
         out[n] = [run] * len(entries[n].get("families", families))
     return [out[n] for n in range(len(entries))]
+
+
+def _pin(entry):
+    """The job keys that pin an entry's runs to one zygote (sandbox.run), if it names one."""
+    if entry.get("zygote"):
+        return {"zygote": entry["zygote"]}
+    return {}
 
 
 def _per_entry(entries, owners, families, runs):
@@ -490,9 +498,8 @@ def _arguments_entry(code, pack_code, texts, known):
 def _attempt(task, a):
     """One attempt -> (what to run: an entry for _call_f, a code_o expression job, or None when
     the answer is a literal read here; its value(s) if known already; the slice of values compared;
-    the gold encodings they must equal; the self-check: code_i the slice of the same run that holds
-    f on the teacher's own input, else None; an entry that runs the teacher's own program on its
-    own inputs (code_o, code_f), else None). The jobs hold no gold. Raises Invalid."""
+    the gold encodings they must equal; the self-check: an entry that runs the teacher's own program
+    on its own input(s)). The jobs hold no gold. Raises Invalid."""
     _request(a, {"answer": str})
     if "gold" not in a:
         raise Invalid("bad request: no gold encoding (a problem from before golds were stored; "
@@ -512,25 +519,25 @@ def _attempt(task, a):
         entry = _arguments_entry(code, teacher, a["inputs"], known)
         check = _arguments_entry(teacher, teacher, a["inputs"], known)
         # called on every input, in order, as in validation; the hidden half is compared
-        return entry, None, slice(n // 2, n), a["gold"][n // 2:], None, check
+        return entry, None, slice(n // 2, n), a["gold"][n // 2:], check
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
     program, imports, _ = screen.prepare(a["program"])
     known = _teacher_args(task, a, 1)
     if known is None:
         known = [None]
+    check = _arguments_entry(program, program, [a["input"]], known)
     # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
-        check = _arguments_entry(program, program, [a["input"]], known)
         encoding, source = screen.answer_value(a["answer"])
         if source is None:
-            return None, [encoding], slice(0, 1), [a["gold"]], None, check
+            return None, [encoding], slice(0, 1), [a["gold"]], check
         job = {"code": screen.compiled(imports), "calls": [screen.compiled(source, "eval")],
                "audit": True}
-        return job, None, slice(0, 1), [a["gold"]], None, check
-    # code_i: the answer's arguments, then f on them as plain data, as validation ran it; then,
-    # in the same child (the same hash seed, addresses, f), f on the teacher's own input
-    entry = _arguments_entry(program, program, [a["answer"], a["input"]], [None] + known)
-    return entry, None, slice(0, 1), [a["gold"]], slice(1, 2), None
+        return job, None, slice(0, 1), [a["gold"]], check
+    # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
+    # and only call of f in its child)
+    entry = _arguments_entry(program, program, [a["answer"]], [None])
+    return entry, None, slice(0, 1), [a["gold"]], check
 
 
 def _problem_key(a):
@@ -553,55 +560,67 @@ def grade(task, attempts, timeout=5.0):
     data: builtin types only, so no always-equal object). A literal code_o answer is read here,
     without a run. `answer` None (a format error) scores False.
 
-    [ours; issue 22] The problem is checked against itself in the same batch: code_i, f on the
-    teacher's own input in the same child as each attempt (after it: the same hash seed, addresses
-    and f); code_o and code_f, the teacher's program on its own inputs once per family. A problem
-    whose own answer is not graded correct somewhere is VOID: every attempt of it in the batch is
-    "void" (not correct, and neither rewarded nor penalised: a problem whose answer depends on the
-    world it runs in decides nothing)."""
+    [ours; issue 22] The problem is checked against itself in the same batch, in children of its
+    own: code_o and code_f, the teacher's program on its own inputs once per family; code_i, f on
+    the teacher's own input in a child of every zygote that ran one of its attempts (the same
+    interpreter, hash seed and clocks as that attempt; in both, f's first and only call in its
+    child, as in validation, so f can tell them apart by its argument alone). A problem whose own
+    answer is not graded correct in every check (a wrong value, an error, a timeout) is VOID:
+    every attempt of it in the batch is "void" (not correct, and neither rewarded nor penalised: a
+    problem whose answer depends on the world it runs in decides nothing)."""
     _task(task)
-    results, entries, jobs, known, checks = [], [], [], [], []
+    results, entries, jobs, done, checks = [], [], [], [], {}
     with screen.silenced():
         for i, a in enumerate(attempts):
             results.append({"correct": False, "reason": "", "void": False})
             try:
                 if isinstance(a, dict) and a.get("answer", "") is None:
                     raise Invalid("no answer (format error)")
-                work, values, compared, gold, itself, check = _attempt(task, a)
+                work, values, compared, gold, check = _attempt(task, a)
             except Invalid as e:
                 results[i]["reason"] = str(e)
                 if not str(e).startswith("bad request"):
                     results[i]["reason"] = f"invalid answer: {e}"
                 continue
             key = _problem_key(a)
-            if check is not None and key not in {k for k, _, _, _ in checks}:
+            if key not in checks:
                 full = a["gold"]
                 if task != "code_f":
                     full = [full]
-                checks.append((key, dict(check, families=(0, 1)), slice(0, len(full)), full))
+                checks[key] = (check, slice(0, len(full)), full)
             if values is not None:
-                known.append((i, {"ok": True, "values": values}, compared, gold, key, None))
+                done.append((i, {"ok": True, "values": values}, compared, gold, key))
             elif "calls" in work:
-                jobs.append((i, dict(work, timeout=timeout), compared, gold, key, None))
+                jobs.append((i, dict(work, timeout=timeout), compared, gold, key))
             else:
-                entries.append((i, work, compared, gold, key, itself))
-        runs = sandbox.run([job for _, job, _, _, _, _ in jobs])
-        done = list(known)
-        for (i, _, compared, gold, key, itself), run in zip(jobs, runs):
-            done.append((i, run, compared, gold, key, itself))
-        work = [e for _, e, _, _, _, _ in entries] + [c for _, c, _, _ in checks]
-        runs = _call_f(work, (None,), timeout)
-    for (i, _, compared, gold, key, itself), run in zip(entries, runs):
-        done.append((i, run[0], compared, gold, key, itself))
+                entries.append((i, work, compared, gold, key))
+        runs = sandbox.run([job for _, job, _, _, _ in jobs])
+        done += [(i, run, c, g, key) for (i, _, c, g, key), run in zip(jobs, runs)]
+        owners = list(checks)
+        work = [dict(checks[key][0], families=(0, 1)) for key in owners]
+        if task == "code_i":
+            # the attempts first: their checks go where they ran
+            work = []
+        runs = _call_f([e for _, e, _, _, _ in entries] + work, (None,), timeout)
+        done += [(i, run[0], c, g, key) for (i, _, c, g, key), run in zip(entries, runs)]
+        check_runs = runs[len(entries):]
+        if task == "code_i":
+            where = {}
+            for _, run, _, _, key in done:
+                where.setdefault(key, set()).add(run.get("zygote", 0))
+            work, owners = [], []
+            for key, (check, _, _) in checks.items():
+                # 0: none of its attempts reached f (each answer failed before): any zygote
+                for zygote in sorted(where.get(key, set()) - {0}) or [0]:
+                    work.append(dict(check, families=(None,), zygote=zygote))
+                    owners.append(key)
+            check_runs = _call_f(work, (None,), timeout)
     void = set()
-    for (key, _, compared, gold), runs_of in zip(checks, runs[len(entries):]):
-        for run in runs_of:
-            if not _matches(run, compared, gold):
-                void.add(key)
-    for i, run, compared, gold, key, itself in done:
-        if itself is not None and run["ok"] and not _matches(run, itself, gold):
+    for key, runs_of in zip(owners, check_runs):
+        _, compared, gold = checks[key]
+        if not all(_matches(run, compared, gold) for run in runs_of):
             void.add(key)
-    for i, run, compared, gold, key, _ in done:
+    for i, run, compared, gold, key in done:
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue

@@ -110,3 +110,26 @@ def test_two_runs_see_different_clocks_and_share_no_ipc():
     if lay["time_namespace"]:
         a, b = sandbox.run([{"code": clocks, "family": family} for family in (0, 1)])
         assert a["stdout"] != b["stdout"]
+
+
+# ------------------------------------------------ a job pinned to the zygote that ran another
+
+def test_a_pinned_job_runs_in_the_world_of_the_job_it_follows(monkeypatch):
+    """sandbox.run: a job's "zygote" (a result's "zygote") runs it on that zygote: the same hash
+    seed, so the same hash of a string, among six zygotes with six seeds; a job pinned to a zygote
+    the pool no longer has fails alone ("its zygote is gone"), beside an unpinned one that runs."""
+    monkeypatch.setattr(sandbox, "WORKERS_PER_FAMILY", 3)
+    sandbox.shutdown()
+    try:
+        job = {"code": "print(hash('populora'))"}
+        first = sandbox.run([dict(job) for _ in range(12)])
+        seen = {r["zygote"]: r["stdout"] for r in first}
+        assert len(set(seen.values())) > 1 and 0 not in seen, first
+        pinned = sandbox.run([dict(job, zygote=z) for z in seen for _ in range(3)])
+        assert [r["stdout"] for r in pinned] == [seen[z] for z in seen for _ in range(3)]
+        assert [r["zygote"] for r in pinned] == [z for z in seen for _ in range(3)]
+        gone = sandbox.run([dict(job, zygote=max(seen) + 100), dict(job)])
+        assert not gone[0]["ok"] and gone[0]["error"] == "its zygote is gone", gone
+        assert gone[1]["ok"] and gone[1]["stdout"] in seen.values(), gone
+    finally:
+        sandbox.shutdown()

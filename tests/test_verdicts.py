@@ -63,13 +63,49 @@ def test_the_teachers_own_input_is_graded_correct(name):
         return _globals_seen_alike()
     problem = validated("code_o", {"program": program, "input": given})
     graded = verify.grade("code_i", [dict(problem, answer=a) for a in (given, "'not an input'")])
-    if name == "state_from_the_input":
-        # f counts its calls: the self-check (f on the teacher's input after the attempt, in the
-        # same child) differs, so the problem is void: neither rewarded nor penalised
-        assert [g["void"] for g in graded] == [True, True], graded
-    else:
-        assert [g["correct"] for g in graded] == [True, False], problem
+    # (f counts its calls in "state_from_the_input": each of its children calls it once, as
+    # validation's did)
+    assert [g["correct"] for g in graded] == [True, False], problem
     assert verdicts("code_o", problem, [problem["output"], "'wrong'"]) == [True, False]
+
+
+# programs that fail only when f is called a second time in a child, or only when two calls share
+# one CPU limit (red team round 3, F08/F09/F13): the code_i self-check was once that second call
+SECOND_CALL = {
+    "raises": "calls = [0]\ndef f(s):\n    calls[0] += 1\n    if calls[0] > 1:\n"
+              "        raise ValueError\n    return len(s)",
+    "loops": "calls = [0]\ndef f(s):\n    calls[0] += 1\n    while calls[0] > 1:\n"
+             "        pass\n    return len(s)",
+    # ~60 % of a 2 s limit on any input (n is calibrated below)
+    "slow": "def f(s):\n    n = 0\n    for i in range(N):\n        n += i % 7\n"
+            "    return len(s) + n % 1",
+}
+
+
+@pytest.mark.parametrize("name", list(SECOND_CALL))
+def test_code_i_is_checked_in_a_child_of_its_own(name):
+    """code_i: the attempt and the self-check (f on the teacher's own input) are each f's first and
+    only call in a child of its own, under its own CPU limit: a program that fails on a second call,
+    or on twice its CPU, cannot turn every correct input into an error that pays its teacher."""
+    program = SECOND_CALL[name]
+    if name == "slow":
+        program = program.replace("N", str(int(_loop_rate() * 2.0 * 0.6)))
+    proposal = {"program": program, "input": "'xyz'"}
+    result = verify.validate("code_i", [proposal], timeout=2.0)[0]
+    assert result["valid"], result
+    problem = dict(proposal, **{k: v for k, v in result.items() if k not in ("valid", "reason")})
+    graded = verify.grade("code_i", [dict(problem, answer=a) for a in ("'xyz'", "'abc'", "'ab'")],
+                          timeout=2.0)
+    assert [(g["correct"], g["void"]) for g in graded] == [(True, False)] * 2 + [(False, False)], \
+        graded
+
+
+def _loop_rate():
+    """Iterations a second of "n += i % 7" here (a child runs the same interpreter)."""
+    start, n = time.process_time(), 0
+    for i in range(2_000_000):
+        n += i % 7
+    return 2_000_000 / (time.process_time() - start)
 
 
 def _globals_seen_alike(monkeypatch=None):
