@@ -41,6 +41,10 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 # a child's time limit is CPU seconds; one still running after WALL_FACTOR times that (+ 1 s) of
 # wall clock (asleep, blocked, or starved on a host loaded far past its cores) is killed too
 WALL_FACTOR = 4
+# a model program's child that has used no CPU time for this long is ended then, as a timeout: it
+# has no threads and no clock to wait for, so it is blocked for good (on a lock it holds itself, a
+# queue.Queue().get(), ...) and the backstop would only waste its zygote's time
+IDLE_S = 0.5
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
@@ -303,6 +307,8 @@ _ZERO_PAGE = bytes(mmap.PAGESIZE)
 # dlopen after fork), /dev/null's fd, capset's arguments, the Landlock ruleset and the per-child
 # seccomp filter
 _libc = _pyfork = _null = _capset = _caps = None
+# a model zygote ends children that use no CPU (IDLE_S)
+_idle = False
 _landlock = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
@@ -375,6 +381,8 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     _warm_up()
     hello["modules"] = len(sys.modules)
     if kind == "model":
+        global _idle
+        _idle = True
         _models_only()
         hello["modules"] = len(sys.modules)
     # keep the collector off the zygote's pages in children
@@ -618,7 +626,7 @@ def _job(settings, requests, workdir, uid, view):
     _close(w)
     # JSON escapes grow text 6x (\uXXXX)
     limit = min(cap * 6 + (1 << 20) + len(token), len(view))
-    size, error = _read_line(r, view, limit, start + backstop)
+    size, error = _read_line(r, view, limit, start + backstop, pid)
     wall = time.monotonic() - start
     # not reaped yet, so it exists; it cannot have made processes
     _kill_pid(pid, signal.SIGKILL)
@@ -657,20 +665,43 @@ def _limits(memory_mb, timeout, uid):
     return limits
 
 
-def _read_line(fd, view, limit, deadline):
-    """Read what the child writes to `fd` (one line, then it exits) into `view`, up to EOF, `limit`
-    bytes or the deadline -> (size, error: "" or why the read stopped early)."""
+def _read_line(fd, view, limit, deadline, pid):
+    """Read what child `pid` writes to `fd` (one line, then it exits) into `view`, up to EOF,
+    `limit` bytes, the deadline or, in a model zygote, IDLE_S without CPU time used -> (size,
+    error: "" or why the read stopped early)."""
     size = 0
+    # the child's CPU-time clock (clock_getcpuclockid: no /proc, no permission needed) and
+    # [its reading, when it last moved]
+    clock, watch = ((~pid) << 3) | 2, [0.0, time.monotonic()]
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], (), (), left)[0]:
+        if left <= 0:
             return size, "timeout"
+        if not select.select([fd], (), (), min(left, IDLE_S / 4) if _idle else left)[0]:
+            if _idle and _blocked(clock, watch):
+                return size, "timeout"
+            continue
         if size >= limit:
             return size, "result too large"
         got = _readv(fd, [view[size:limit]])
         size += got
         if not got:
             return size, ""
+
+
+def _blocked(clock, watch):
+    """Has the child whose CPU clock is `clock` used no CPU time for IDLE_S? `watch`: [the last
+    reading, when it changed], updated here."""
+    try:
+        used = time.clock_gettime(clock)
+    # exited: its EOF ends the read
+    except OSError:
+        return False
+    now = time.monotonic()
+    if used != watch[0]:
+        watch[:] = [used, now]
+        return False
+    return now - watch[1] >= IDLE_S
 
 
 def _no_result(status, size, spent):
