@@ -204,12 +204,11 @@ def _ensure(kind):
             for _ in range(WORKERS_PER_FAMILY):
                 started.append(_start(family, kind))
         _pool["workers"] += [_hello(w) for w in started]
-    # died while idle (killed from outside): replace before use; and replacements started during
-    # an earlier run ready
+    # died while idle (killed from outside): replace before use (between runs no zygote holds a
+    # job); and replacements started during an earlier run ready
     for n, w in enumerate(_pool["workers"]):
         if w["proc"].poll() is not None:
-            _stop(w)
-            _pool["workers"][n] = _start(w["family"], w["kind"])
+            _replace(n, w, (), {})
         if _pool["workers"][n]["kind"] == kind:
             _hello(_pool["workers"][n])
 
