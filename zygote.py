@@ -27,6 +27,7 @@ from os import (_exit, chdir as _chdir, close as _close, closerange as _closeran
                 kill as _kill_pid, mkdir as _mkdir, pipe as _pipe, read as _read, readv as _readv,
                 rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4,
                 write as _write)
+from signal import ITIMER_PROF, setitimer as _setitimer
 
 # the walls (set-up only) and the value encoding both sides use; the zygote drops both from
 # sys.modules (see _zygote_main)
@@ -58,6 +59,11 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
          "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
          "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
          "socket": "socket create_connection create_server socketpair fromfd"}
+# [ours] a child's CPU timer and how signals reach it, in both modules (they raise no audit event:
+# a program past layer 1 could switch its timer off or block SIGPROF; RLIMIT_CPU backs the timer)
+SIGNALS = ("setitimer alarm signal pthread_kill pthread_sigmask raise_signal siginterrupt "
+           "set_wakeup_fd sigwait sigwaitinfo sigtimedwait pidfd_send_signal")
+GUARD.update(signal=SIGNALS, _signal=SIGNALS)
 
 # ---------------------------------------------------------------------- child side (runs user code)
 
@@ -251,7 +257,7 @@ def _child(settings, requests, wfd, limits, uid, token):
     try:
         # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
         # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
-        signal.setitimer(signal.ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
+        _setitimer(ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
             _setuid(uid)
@@ -425,6 +431,15 @@ def _models_only():
         warm("exec", (code,))
     # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
     sys.addaudithook(_audit_hook())
+    # the enum functional API (`E("X", {name: value})`) and _convert_ make class attributes named by
+    # text made at run time; the screen refuses the spellings it can see, this every other one (an
+    # alias, `E.__call__`, functools.partial(E), map(E, ...)); every enum class is made already
+    meta = sys.modules["enum"].EnumMeta
+    meta._create_ = meta._convert_ = _no_functional_enum
+
+
+def _no_functional_enum(*args, **kwargs):
+    raise TypeError("the enum functional API is not allowed in the sandbox")
 
 
 def _load_libc():
