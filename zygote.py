@@ -59,11 +59,11 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
          "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
          "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
          "socket": "socket create_connection create_server socketpair fromfd"}
-# [ours] a child's CPU timer and how signals reach it, in both modules (they raise no audit event:
-# a program past layer 1 could switch its timer off or block SIGPROF; RLIMIT_CPU backs the timer)
+# [ours] layer 3 in a model zygote only (graders' benchmark runner sets its own per-input alarm): a
+# child's CPU timer and how signals reach it, in signal and _signal (they raise no audit event: a
+# program past layer 1 could switch its timer off or block SIGPROF; RLIMIT_CPU backs the timer)
 SIGNALS = ("setitimer alarm signal pthread_kill pthread_sigmask raise_signal siginterrupt "
-           "set_wakeup_fd sigwait sigwaitinfo sigtimedwait pidfd_send_signal")
-GUARD.update(signal=SIGNALS, _signal=SIGNALS)
+           "set_wakeup_fd sigwait sigwaitinfo sigtimedwait pidfd_send_signal").split()
 
 # ---------------------------------------------------------------------- child side (runs user code)
 
@@ -409,10 +409,14 @@ def _models_only():
     """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
     codecs' and warnings (children import nothing: _audit_hook refuses it), so that os, sys, ctypes,
     builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
-    here, disarmed, its code made ready (quickened) here rather than written in every child."""
+    here, disarmed, its code made ready (quickened) here rather than written in every child; the
+    SIGNALS functions and the enum functional API are disabled for user code."""
     import codecs
     for name in CODECS:
         codecs.lookup(name)
+    for module in (signal, sys.modules["_signal"]):
+        for name in set(SIGNALS) & set(dir(module)):
+            setattr(module, name, None)
     keep = set()
     for name in ALLOWED_MODULES:
         keep.add(name.split(".")[0])

@@ -457,11 +457,8 @@ HOSTILE = [
     ("os.system", "import os\nos.system('touch {new}')", "NoneType"),
     ("os._exit", "import os\nos._exit(3)", "exited (code 3)"),
     ("sys.exit", "import sys\nsys.exit(4)", "SystemExit: 4"),
-    # layer 3 disables the signal module's functions; libc's still cannot outlast the limit
-    ("signal handlers", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)", "NoneType"),
-    ("signals blocked", "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.signal(15, 1)\n"
-     "libc.sigprocmask(0, (ctypes.c_ubyte * 128)(*[255] * 128), None)\nwhile True:\n    pass",
-     "timeout"),
+    ("signal handlers", "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+     "signal.pthread_sigmask(signal.SIG_BLOCK, range(1, 32))\nwhile True:\n    pass", "timeout"),
     ("kill others", "import ctypes\nassert ctypes.CDLL(None).kill(1, 9) == -1\n"
      "assert ctypes.CDLL(None).setuid(0) == -1", "ok"),
     ("patch builtins", "import builtins\nbuiltins.len = lambda x: 0\nbuiltins.print = None", "ok"),
