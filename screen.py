@@ -60,16 +60,22 @@ BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading 
 # names a program may not use unless it binds them itself
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
                     "vars __build_class__").split())
-# attribute names refused on anything: readers of attributes by name, file openers, sys.modules
+# attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
+# enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals)
 BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
                 "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
                 "getline", "getlines", "FileIO", "update_wrapper", "register",
-                "no_type_check", "EnumMeta", "EnumType"} | BANNED_SHOWN
+                "no_type_check", "EnumMeta", "EnumType", "_create_", "_convert_",
+                "global_enum"} | BANNED_SHOWN
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # [ours] names a program may call only directly with one argument, never bind, alias or pass as a
 # value: `type(x)` (three arguments build a class from a dict whose keys are made at run time) and
-# functools.wraps(fn) (its `assigned` names are attributes read and written by name)
+# functools.wraps(fn)
 ONE_ARGUMENT = {"type", "wraps"}
+# [ours] of those, the ones whose call is only a def's decorator (`@functools.wraps(g)`):
+# wraps(fn) returns a partial of update_wrapper, whose call keywords replace its own, so any other
+# use of it (`wraps(fn)(w, updated=(name,))`, `.func`) reads and writes attributes named at run time
+DECORATOR_ONLY = {"wraps"}
 # [ours] the dunder names a program may use at all (define, assign, read, pass as a keyword): the
 # ordinary methods of the object, number and container protocols. The hooks that turn text made at
 # run time into attribute names or change how attributes, classes and isinstance work are refused
@@ -142,9 +148,11 @@ _INTROSPECTION_RE = re.compile("|".join(sorted(map(re.escape, INTROSPECTION), ke
 def _leaks():
     """{allowed module: its public attributes that lead out of the allowlist}: submodules and
     modules it imported that are not allowed (enum.bltns is the builtins module, typing.sys,
-    json.codecs), and objects defined in a module that is not (queue.time is time.monotonic; a
-    builtin function re-exported). Computed from this interpreter's own modules, so a Python that
-    adds a door has it closed."""
+    json.codecs), objects defined in a module that is not (queue.time is time.monotonic; a
+    builtin function re-exported), and the library's mutable state, which a method call changes
+    with no assignment the screen sees (copy.dispatch_table is copyreg's table of reducers, whose
+    state dicts copy.copy turns into setattr calls by name; keyword.kwlist). Computed from this
+    interpreter's own modules, so a Python that adds a door has it closed."""
     allowed_tops = {name.split(".")[0] for name in ALLOWED_MODULES}
     out = {}
     for name in ALLOWED_MODULES:
@@ -152,6 +160,9 @@ def _leaks():
         leaks = set()
         for attr, value in vars(module).items():
             if attr.startswith("_"):
+                continue
+            if isinstance(value, (dict, list, set, bytearray)):
+                leaks.add(attr)
                 continue
             if isinstance(value, types.ModuleType):
                 if value.__name__ not in ALLOWED_MODULES:
@@ -229,8 +240,8 @@ def check(tree):
     """Layer 1 on a parsed text: raise Invalid for what the module docstring lists; -> its nodes.
     (Tests switch it off by setting screen.check = screen.nodes.)"""
     found = nodes(tree)
-    imported, bound, modules, direct, one = _bindings(found)
-    _check_uses(found, imported, bound, modules, direct, one)
+    imported, bound, modules, direct, one, enums = _bindings(found)
+    _check_uses(found, imported, bound, modules, direct, one, enums)
     return found
 
 
@@ -238,8 +249,11 @@ def _bindings(found):
     """The screen's first pass: raise Invalid for an import outside the allowlist (or of a door of
     an allowed module), or a binding of getattr & co., type or wraps; -> (names imported, names the
     program binds, {name: module} for names bound to a module, ids of the nodes used directly: `x`
-    in `x.attr` and in `x(...)`, ids of the functions called with one plain argument)."""
+    in `x.attr` and in `x(...)`, ids of the functions called with one plain argument, of those
+    only when the call is a def's decorator for the DECORATOR_ONLY ones, the names of enum classes:
+    ENUM_CLASSES and the program's classes derived from one)."""
     imported, bound, modules, direct, one = set(), set(), {}, set(), set()
+    decorating, classes = set(), []
     # exact types (ast.parse output), most frequent first
     for node in found:
         kind = type(node)
@@ -252,13 +266,23 @@ def _bindings(found):
         elif kind is ast.Call:
             # getattr & co. as `getattr(...)` (not an alias of it)
             direct.add(id(node.func))
-            # type and wraps as `type(x)`
-            if len(node.args) == 1 and not node.keywords and type(node.args[0]) is not ast.Starred:
-                one.add(id(node.func))
+            # type and wraps as `type(x)`; wraps only as a decorator (a def is found before its
+            # decorators)
+            func = node.func
+            plain = len(node.args) == 1 and not node.keywords
+            plain = plain and type(node.args[0]) is not ast.Starred
+            if plain and (_called(func) not in DECORATOR_ONLY or id(func) in decorating):
+                one.add(id(func))
         elif kind is ast.arg:
             bound.add(node.arg)
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             bound.add(node.name)
+            if kind is ast.ClassDef:
+                classes.append(node)
+                continue
+            for decorator in node.decorator_list:
+                if type(decorator) is ast.Call:
+                    decorating.add(id(decorator.func))
         elif kind is ast.Import:
             for alias in node.names:
                 _allowed_module(alias.name)
@@ -282,7 +306,15 @@ def _bindings(found):
     rebound = bound & (ATTR_CALLS | ONE_ARGUMENT)
     if rebound:
         raise Invalid(f"the name {min(rebound)} is bound by the program")
-    return imported, bound, modules, direct, one
+    # derived at any depth (a class may name a base defined further down, in a function)
+    enums, grown = set(ENUM_CLASSES), True
+    while grown:
+        grown = False
+        for node in classes:
+            if node.name not in enums and any(_called(base) in enums for base in node.bases):
+                enums.add(node.name)
+                grown = True
+    return imported, bound, modules, direct, one, enums
 
 
 def _allowed_module(name):
@@ -310,7 +342,7 @@ def _module_of(node, modules):
     return None
 
 
-def _check_uses(found, imported, bound, modules, direct, one):
+def _check_uses(found, imported, bound, modules, direct, one, enums):
     """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
     attribute or string, a dunder name outside DUNDERS, getattr & co. or a module used other than
     directly, type or wraps other than called with one argument, an attribute call with a name that
@@ -325,7 +357,8 @@ def _check_uses(found, imported, bound, modules, direct, one):
             if node.id in ATTR_CALLS and id(node) not in direct:
                 raise Invalid(f"{node.id} only as a direct call")
             if node.id in ONE_ARGUMENT and id(node) not in one:
-                raise Invalid(f"{node.id} only as a direct call with one argument")
+                raise Invalid(f"{node.id} only as a direct call with one argument"
+                              f"{_decorator(node.id)}")
             if node.id in modules and node.id not in bound and id(node) not in direct:
                 raise Invalid(f"the module {node.id} used as a value")
         elif kind is ast.Attribute:
@@ -333,7 +366,8 @@ def _check_uses(found, imported, bound, modules, direct, one):
                 raise Invalid(f"banned attribute: {node.attr}")
             _dunder(node.attr)
             if node.attr in ONE_ARGUMENT and id(node) not in one:
-                raise Invalid(f"{node.attr} only as a direct call with one argument")
+                raise Invalid(f"{node.attr} only as a direct call with one argument"
+                              f"{_decorator(node.attr)}")
             # a format template names attributes ("{0.x}"): only a constant one, whose fields are
             # screened here (other string constants are data: 'mro' in a string is a word)
             constant = type(node.value) is ast.Constant and type(node.value.value) is str
@@ -348,7 +382,7 @@ def _check_uses(found, imported, bound, modules, direct, one):
             func = node.func
             if isinstance(func, ast.Name) and func.id in ATTR_CALLS:
                 _check_attribute_call(node, imported)
-            _check_class_maker(node)
+            _check_class_maker(node, enums)
         elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
             _check_targets(node, imported)
         elif kind is ast.MatchClass:
@@ -356,6 +390,13 @@ def _check_uses(found, imported, bound, modules, direct, one):
         else:
             for name in _names(node):
                 _dunder(name)
+
+
+def _decorator(name):
+    """The end of the reason for a DECORATOR_ONLY name used otherwise."""
+    if name in DECORATOR_ONLY:
+        return ", as a def's decorator (@functools.wraps(g))"
+    return ""
 
 
 def _format_fields(template):
@@ -416,21 +457,28 @@ def _check_class_pattern(node, bound):
                       "match the subject itself; use keyword sub-patterns)")
 
 
-def _check_class_maker(node):
+def _called(func):
+    """The name a callee or base is spelt with (`f`, `m.f`), or None."""
+    if type(func) is ast.Name:
+        return func.id
+    if type(func) is ast.Attribute:
+        return func.attr
+    return None
+
+
+def _check_class_maker(node, enums):
     """No class built from names made at run time: `type(x)(name, bases, namespace)` (type's own
-    class called with three arguments) and the enum functional API (`Enum("E", names)`)."""
+    class called with three arguments) and the enum functional API (`Enum("E", names)`, `E("X",
+    names)` for an E derived from an enum class; the zygote refuses it for the spellings the screen
+    cannot see: an alias, `E.__call__`, functools.partial(E))."""
     func = node.func
     spread = any(type(a) is ast.Starred for a in node.args) or any(
         k.arg is None for k in node.keywords)
     of_type = type(func) is ast.Call and type(func.func) is ast.Name and func.func.id == "type"
     if of_type and (len(node.args) >= 3 or spread):
         raise Invalid("type(x) called with three arguments (a class built at run time)")
-    name = None
-    if type(func) is ast.Name:
-        name = func.id
-    elif type(func) is ast.Attribute:
-        name = func.attr
-    if name in ENUM_CLASSES and (len(node.args) > 1 or node.keywords or spread):
+    name = _called(func)
+    if name in enums and (len(node.args) > 1 or node.keywords or spread):
         raise Invalid(f"{name} called with members (the functional API)")
 
 

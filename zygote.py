@@ -27,6 +27,7 @@ from os import (_exit, chdir as _chdir, close as _close, closerange as _closeran
                 kill as _kill_pid, mkdir as _mkdir, pipe as _pipe, read as _read, readv as _readv,
                 rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4,
                 write as _write)
+from signal import ITIMER_PROF, setitimer as _setitimer
 
 # the walls (set-up only) and the value encoding both sides use; the zygote drops both from
 # sys.modules (see _zygote_main)
@@ -62,6 +63,11 @@ GUARD = {"os": "kill killpg system remove removedirs rmdir unlink rename renames
          "shutil": "rmtree move chown copyfile copy copy2 copytree", "builtins": "exit quit help",
          "subprocess": "Popen run call check_call check_output getoutput getstatusoutput",
          "socket": "socket create_connection create_server socketpair fromfd"}
+# [ours] layer 3 in a model zygote only (graders' benchmark runner sets its own per-input alarm): a
+# child's CPU timer and how signals reach it, in signal and _signal (they raise no audit event: a
+# program past layer 1 could switch its timer off or block SIGPROF; RLIMIT_CPU backs the timer)
+SIGNALS = ("setitimer alarm signal pthread_kill pthread_sigmask raise_signal siginterrupt "
+           "set_wakeup_fd sigwait sigwaitinfo sigtimedwait pidfd_send_signal").split()
 
 # ---------------------------------------------------------------------- child side (runs user code)
 
@@ -255,7 +261,7 @@ def _child(settings, requests, wfd, limits, uid, token):
     try:
         # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
         # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
-        signal.setitimer(signal.ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
+        _setitimer(ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
             _setuid(uid)
@@ -411,10 +417,14 @@ def _models_only():
     """A model zygote, once: sys.modules keeps only the allowed modules (with their C parts), the
     codecs' and warnings (children import nothing: _audit_hook refuses it), so that os, sys, ctypes,
     builtins ... loaded here are imports, which the hook sees, not lookups; the hook is installed
-    here, disarmed, its code made ready (quickened) here rather than written in every child."""
+    here, disarmed, its code made ready (quickened) here rather than written in every child; the
+    SIGNALS functions and the enum functional API are disabled for user code."""
     import codecs
     for name in CODECS:
         codecs.lookup(name)
+    for module in (signal, sys.modules["_signal"]):
+        for name in set(SIGNALS) & set(dir(module)):
+            setattr(module, name, None)
     keep = set()
     for name in ALLOWED_MODULES:
         keep.add(name.split(".")[0])
@@ -433,6 +443,15 @@ def _models_only():
         warm("exec", (code,))
     # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
     sys.addaudithook(_audit_hook())
+    # the enum functional API (`E("X", {name: value})`) and _convert_ make class attributes named by
+    # text made at run time; the screen refuses the spellings it can see, this every other one (an
+    # alias, `E.__call__`, functools.partial(E), map(E, ...)); every enum class is made already
+    meta = sys.modules["enum"].EnumMeta
+    meta._create_ = meta._convert_ = _no_functional_enum
+
+
+def _no_functional_enum(*args, **kwargs):
+    raise TypeError("the enum functional API is not allowed in the sandbox")
 
 
 def _load_libc():

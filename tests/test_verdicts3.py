@@ -1,7 +1,8 @@
 """Issue 22, the red team's second round (verdict side): correct answers the screen refused, outputs
 the answer format cannot carry, one bit of per-process randomness past the two-run check, parent
-CPU on hostile text, special tokens in student prompts. Each test failed on the code before its
-fix (the commit that added it says how it was checked)."""
+CPU on hostile text, special tokens in student prompts; and its third round's screen holes (wraps,
+the enum functional API by another name, copy's reducer table) and a child's timer. Each test
+failed on the code before its fix (the commit that added it says how it was checked)."""
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import engines
 import population
 import sandbox
+import screen
 import train
 import verify
 from conftest import ROOT
@@ -258,3 +260,110 @@ def test_a_student_program_that_parses_but_does_not_compile_is_wrong_not_a_crash
     assert problem is not None
     verdict = graded("code_f", problem, ["def f(a):\n    y = *a\n    return y"])[0]
     assert not verdict["correct"] and "does not compile" in verdict["reason"], verdict
+
+
+# ------------------------------ round 3: attribute names made at run time, and the child's timer
+
+@pytest.fixture
+def no_screen(monkeypatch):
+    """The static screen off: programs run as they are (any bypass of it assumed found)."""
+    monkeypatch.setattr(screen, "check", screen.nodes)
+
+
+# functools.wraps(g) returns a partial of update_wrapper; a call's keywords replace the partial's,
+# so anything but the decorator form reads and writes attributes named at run time
+WRAPS = {
+    "called_with_names": "import functools, statistics\ndef w():\n    pass\ndef f(x):\n"
+                         "    n = 'glob' + 'als'\n    functools.wraps(statistics.mean)(w, (), "
+                         "('__' + n + '__',))\n    return x",
+    "its_func": "import functools\ndef f(x):\n    u = functools.wraps(f).func\n    return x",
+    "bound": "from functools import wraps\ndef f(x):\n    d = wraps(f)\n    return x",
+    "in_a_list": "import functools\ndef w():\n    pass\ndef f(x):\n"
+                 "    return [functools.wraps(f)][0](w)",
+    "on_a_class": "import functools\ndef f(x):\n    @functools.wraps(f)\n    class C:\n"
+                  "        pass\n    return x",
+}
+
+
+@pytest.mark.parametrize("name", list(WRAPS))
+def test_wraps_is_only_a_decorator(name):
+    with pytest.raises(screen.Invalid, match="decorator"):
+        screen.prepare_program(WRAPS[name])
+
+
+def test_a_wraps_decorator_still_runs():
+    program = ("from functools import wraps\ndef twice(g):\n    @wraps(g)\n"
+               "    def inner(x):\n        return g(g(x))\n    return inner\n"
+               "@twice\ndef f(x):\n    return x * 3")
+    assert problem_of("code_o", {"program": program, "input": "2"})["output"] == "18"
+
+
+# the functional API makes class attributes named by text made at run time (a dunder among them)
+ENUM_SCREEN = {
+    "subclass": "import enum\nclass B(enum.IntEnum):\n    pass\ndef f(x):\n"
+                "    return B('X', {'__get' + 'attr__': x})",
+    "deeper_and_later": "import enum\ndef f(x):\n    class C(B):\n        pass\n"
+                        "    return C('X', names=[('a' + 'b', x)])\nclass B(enum.Flag):\n"
+                        "    pass",
+    # reads the module named by its text (sys.modules) into members
+    "convert": "import enum\ndef f(x):\n    return enum.Enum._convert_('X', 'e' + 'num', str)",
+    "create": "import enum\nclass B(enum.Enum):\n    pass\ndef f(x):\n"
+              "    return B._create_('X', ['a'])",
+}
+
+
+@pytest.mark.parametrize("name", list(ENUM_SCREEN))
+def test_the_enum_functional_api_is_refused_under_any_class_name(name):
+    with pytest.raises(screen.Invalid):
+        screen.prepare_program(ENUM_SCREEN[name])
+
+
+# spellings the screen cannot see (the class as a value): the zygote refuses them at run time
+ENUM_RUNTIME = {
+    "partial": "import enum, functools\nclass B(enum.Enum):\n    pass\ndef f(x):\n"
+               "    return len(functools.partial(B, 'X')({'__get' + 'attr__': x}))",
+    "dunder_call": "import enum\nclass B(enum.Enum):\n    pass\ndef f(x):\n"
+                   "    return len(B.__call__('X', {'a' + 'b': x}))",
+    "alias": "import enum\ndef f(x):\n    e = [enum.Enum][0]\n    return len(e('X', 'a b'))",
+}
+
+
+@pytest.mark.parametrize("name", list(ENUM_RUNTIME))
+def test_the_enum_functional_api_fails_at_run_time(name):
+    result = verify.validate("code_o", [{"program": ENUM_RUNTIME[name], "input": "1"}])[0]
+    assert not result["valid"] and "functional API" in result["reason"], result
+    honest = ("import enum\nclass Color(enum.Enum):\n    RED = 1\n    BLUE = 2\n"
+              "def f(x):\n    return [Color(x).name, Color['BLUE'].value, len(Color)]")
+    assert problem_of("code_o", {"program": honest, "input": "1"})["output"] == "['RED', 2, 2]"
+
+
+# a module's mutable data changed by a method call: copy's table of reducers (copyreg's), whose
+# state dicts copy.copy turns into setattr calls by name, and the rest of the kind
+MUTABLE_STATE = {
+    "dispatch_table": "import copy\nclass K:\n    pass\ndef red(k):\n"
+                      "    return (K, (), (None, {'__repr' + '__': len}))\n"
+                      "def f(x):\n    copy.dispatch_table.setdefault(K, red)\n"
+                      "    return copy.copy(K())",
+    "dispatch_table_update": "import copy\ndef f(x):\n    copy.dispatch_table.update({})\n"
+                             "    return x",
+    "imported": "from copy import dispatch_table\ndef f(x):\n    return len(dispatch_table)",
+    "kwlist": "import keyword\ndef f(x):\n    keyword.kwlist.append(x)\n    return x",
+}
+
+
+@pytest.mark.parametrize("name", list(MUTABLE_STATE))
+def test_a_modules_mutable_state_is_refused(name):
+    with pytest.raises(screen.Invalid, match="banned attribute"):
+        screen.prepare_program(MUTABLE_STATE[name])
+
+
+def test_a_child_cannot_reach_its_timer_or_signal_functions(no_screen):
+    """A program past the screen (here: screen off) that reached the zygote's globals finds the
+    signal module's timer and signal functions disabled (they raise no audit event), in signal and
+    in _signal; the harness armed its timer through a reference of its own."""
+    program = ("import statistics\ndef f(x):\n"
+               "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
+               "    sig = type(out).write.__globals__['signal']\n"
+               "    names = ['setitimer', 'alarm', 'signal', 'pthread_sigmask', 'pthread_kill']\n"
+               "    return [n for n in names if getattr(sig, n) or getattr(sig._signal, n)]")
+    assert problem_of("code_o", {"program": program, "input": "1"})["output"] == "[]"
