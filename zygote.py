@@ -127,7 +127,7 @@ def _evaluate(job, exec_=exec, eval_=eval):
 # modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
 # is an import the hook sees and refuses.
 # Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
-_AUDIT_PASS = frozenset(("builtins.id", "array.__new__", "time.sleep", "sys.unraisablehook"))
+_AUDIT_PASS = frozenset(("builtins.id", "array.__new__", "sys.unraisablehook"))
 _AUDIT_SETTABLE = frozenset(("__module__", "__qualname__", "__name__", "__doc__", "__bases__",
                              "__defaults__", "__kwdefaults__"))
 # the one compile the allowed modules make: collections.namedtuple's __new__ (typing.NamedTuple too)
@@ -262,6 +262,9 @@ def _child(settings, requests, wfd, limits, uid, token):
         # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
         # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
         _setitimer(ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
+        # the child's only reference to a timer function (signal's are None in a model zygote): a
+        # program past the screen and the audit hook finds none to turn its timer off with
+        globals().pop("_setitimer")
         if uid:
             # RLIMIT_NPROC = 0 (inherited) is binding now that root is gone; so are its capabilities
             _setuid(uid)
@@ -448,6 +451,43 @@ def _models_only():
     # alias, `E.__call__`, functools.partial(E), map(E, ...)); every enum class is made already
     meta = sys.modules["enum"].EnumMeta
     meta._create_ = meta._convert_ = _no_functional_enum
+    # a child has one thread: a lock it holds is never released while it waits, so a wait is
+    # refused at once rather than slept (queue.Queue().get(timeout=0.4) in a loop would hold its
+    # zygote to the wall backstop using no CPU, past IDLE_S); threading's Condition, Event,
+    # Semaphore and queue's Queue all wait on these locks
+    queue = sys.modules["queue"]
+    queue.threading.Lock = queue.threading._allocate_lock = _NoWaitLock
+    queue.SimpleQueue = queue._PySimpleQueue
+
+
+class _NoWaitLock:
+    """threading.Lock in a model child (_models_only): acquiring a held lock fails at once (False
+    when non-blocking or with a timeout, as if the timeout had passed; RuntimeError when it would
+    wait for ever: a deadlock in a process with one thread)."""
+
+    def __init__(self):
+        self._held = False
+
+    def acquire(self, blocking=True, timeout=-1):
+        if not self._held:
+            self._held = True
+            return True
+        if not blocking or timeout >= 0:
+            return False
+        raise RuntimeError("deadlock: waiting for a lock only this thread could release")
+
+    def release(self):
+        if not self._held:
+            raise RuntimeError("release unlocked lock")
+        self._held = False
+
+    def locked(self):
+        return self._held
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc):
+        self.release()
 
 
 def _no_functional_enum(*args, **kwargs):

@@ -133,3 +133,29 @@ def test_a_pinned_job_runs_in_the_world_of_the_job_it_follows(monkeypatch):
         assert gone[1]["ok"] and gone[1]["stdout"] in seen.values(), gone
     finally:
         sandbox.shutdown()
+
+
+def test_a_check_whose_zygote_is_gone_is_run_elsewhere(monkeypatch):
+    """verify.grade: a code_i self-check pinned to a zygote that has been replaced since its attempt
+    ran (whatever replaced it: another problem's program, a crash) runs in both families instead:
+    an honest problem is graded, not void (red team round 4 G08: one teacher's program voided
+    another's problem by retiring the zygote)."""
+    problem = {"program": "def f(x):\n    return x + 1", "input": "5"}
+    result = verify.validate("code_i", [problem])[0]
+    problem.update(output=result["output"], gold=result["gold"], args=result["args"])
+    calls = []
+    real = verify._call_f
+
+    def kill_after_the_attempts(entries, families, timeout):
+        runs = real(entries, families, timeout)
+        if not calls:
+            for z in sandbox.zygotes():
+                os.killpg(z["pid"], 9)
+        calls.append([e.get("zygote", 0) for e in entries])
+        return runs
+    monkeypatch.setattr(verify, "_call_f", kill_after_the_attempts)
+    graded = verify.grade("code_i", [dict(problem, answer=a) for a in ("5", "4", "6")])
+    assert [(g["correct"], g["void"]) for g in graded] == [(True, False), (False, False),
+                                                          (False, False)], graded
+    # attempts; the pinned checks (their zygotes gone); the same checks unpinned
+    assert len(calls) == 3 and all(calls[1]) and not any(calls[2]), calls

@@ -75,12 +75,16 @@ def test_a_verdict_does_not_depend_on_the_load_of_the_host():
     assert {r["output"] for r in loaded} == {alone["output"]}
 
 
-def test_spinning_and_blocked_children_still_end():
-    """Past its CPU time a child ends at once ("timeout"); one that blocks for good (a queue's get
-    in a process without threads) uses no CPU and ends after zygote.IDLE_S of it, also a "timeout",
-    long before the wall-clock backstop (4 x the limit + 1 s = 21 s here; red team round 3 F11)."""
+def test_spinning_and_blocked_children_still_end(no_screen):
+    """Past its CPU time a child ends at once ("timeout"); one that blocks for good uses no CPU and
+    ends after zygote.IDLE_S of it, also a "timeout", long before the wall-clock backstop (4 x the
+    limit + 1 s = 21 s here; red team round 3 F11). The locks of allowed modules never wait
+    (test_no_model_program_waits_out_the_wall_clock), so the blocking call here is a read of an
+    empty pipe through os, reached with the screen off."""
     spin = {"program": "def f(x):\n    while True:\n        x += 1", "input": "1"}
-    blocked = {"program": "import queue\ndef f(x):\n    return queue.Queue().get()", "input": "1"}
+    blocked = {"program": "import statistics\ndef f(x):\n"
+                          "    os = statistics.mean.__globals__['random']._os\n"
+                          "    r, w = os.pipe()\n    return os.read(r, 1)", "input": "1"}
     started = time.monotonic()
     results = verify.validate("code_o", [spin], timeout=0.5)
     assert not results[0]["valid"] and "timeout" in results[0]["reason"], results
@@ -146,3 +150,26 @@ def test_a_retiring_zygote_does_not_stall_the_batch(no_screen, monkeypatch):
     assert waited[0] < 0.1, waited
     honest = [{"code": "def f(x):\n    return x", "calls": ["f(2)"], "audit": True}] * 4
     assert [r["values"] for r in sandbox.run(honest)] == [[["int", "2"]]] * 4
+
+
+def test_no_model_program_waits_out_the_wall_clock():
+    """A model child has one thread, so a lock it holds cannot be released while it waits: a wait
+    with a timeout fails at once (queue.Empty) and a wait for ever is a deadlock error, instead of
+    sleeping. A loop of 0.4 s waits (past zygote.IDLE_S's watch: it wakes to use a little CPU)
+    then spends CPU and ends at its CPU limit like any loop (red team round 4 G11: it held its
+    zygote to the 4 x limit + 1 s backstop); queue programs that do not wait still run."""
+    waiter = ("import queue\ndef f(x):\n    q = queue.Queue()\n    while True:\n        try:\n"
+              "            q.get(timeout=0.4)\n        except queue.Empty:\n            x += 1")
+    forever = "import queue\ndef f(x):\n    return queue.SimpleQueue().get()"
+    honest = ("import queue\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n    q.put(x + 1)\n"
+              "    return [q.get(), q.get_nowait(), q.empty()]")
+    started = time.monotonic()
+    results = verify.validate("code_o", [{"program": waiter, "input": "1"},
+                                         {"program": forever, "input": "1"},
+                                         {"program": honest, "input": "1"}], timeout=5.0)
+    took = time.monotonic() - started
+    assert not results[0]["valid"] and "timeout" in results[0]["reason"], results[0]
+    assert not results[1]["valid"] and "deadlock" in results[1]["reason"], results[1]
+    assert results[2]["valid"] and results[2]["output"] == "[1, 2, True]", results[2]
+    # the waiter's 5 s of CPU, not the 21 s backstop
+    assert took < 5.0 * 4 + 1, took

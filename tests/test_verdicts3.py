@@ -365,5 +365,8 @@ def test_a_child_cannot_reach_its_timer_or_signal_functions(no_screen):
                "    out = statistics.mean.__globals__['sys'].stdout.buffer\n"
                "    sig = type(out).write.__globals__['signal']\n"
                "    names = ['setitimer', 'alarm', 'signal', 'pthread_sigmask', 'pthread_kill']\n"
-               "    return [n for n in names if getattr(sig, n) or getattr(sig._signal, n)]")
+               "    zygote = type(out).write.__globals__\n"
+               "    return [n for n in names if getattr(sig, n) or getattr(sig._signal, n)] + "
+               "[n for n in zygote if 'itimer' in n.lower() and n != 'ITIMER_PROF']")
+    # (and the harness's own reference is gone once it has armed the timer: red team round 4 G10)
     assert problem_of("code_o", {"program": program, "input": "1"})["output"] == "[]"
