@@ -72,12 +72,13 @@ ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
 # enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals),
 # functools.cached_property (reads and writes an object's __dict__ under a name given at run
-# time: its attrname, set by __set_name__ or by assignment)
+# time: its attrname, set by __set_name__ or by assignment), typing.get_origin (of typing.Type it
+# is type itself)
 BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
                 "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
                 "getline", "getlines", "FileIO", "update_wrapper", "register",
                 "no_type_check", "EnumMeta", "EnumType", "_create_", "_convert_",
-                "global_enum", "cached_property"} | BANNED_SHOWN
+                "global_enum", "cached_property", "get_origin"} | BANNED_SHOWN
 # [ours] names a program may use only as a def's decorator called with one argument
 # (`@functools.wraps(g)`), never bind, alias or pass as a value: wraps(fn) returns a partial of
 # update_wrapper, whose call keywords replace its own, so any other use of it (`wraps(fn)(w,
