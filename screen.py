@@ -311,7 +311,7 @@ def _bindings(found):
                 imported.add(alias.asname or alias.name)
                 if alias.name in SUBMODULES[node.module]:
                     modules[alias.asname or alias.name] = SUBMODULES[node.module][alias.name]
-        else:
+        elif kind in BINDERS:
             bound.update(_binds(node))
     # derived at any depth (a class may name a base defined further down, in a function)
     enums, grown = set(ENUM_CLASSES), True
@@ -322,6 +322,11 @@ def _bindings(found):
                 enums.add(node.name)
                 grown = True
     return imported, bound, modules, direct, decorators, enums
+
+
+# the nodes but Name and the defs that bind a name (_binds)
+BINDERS = {ast.arg, ast.alias, ast.Global, ast.Nonlocal, ast.MatchAs, ast.MatchStar,
+           ast.ExceptHandler, ast.MatchMapping}
 
 
 def _binds(node):
@@ -481,7 +486,9 @@ def _names(node):
         return [node.arg]
     if kind is ast.alias:
         return [node.name, node.asname]
-    return _binds(node)
+    if kind in BINDERS:
+        return _binds(node)
+    return []
 
 
 def _dunder(name):
