@@ -11,22 +11,23 @@ Its rules, on the parse tree of the exact text that will run:
     operator, string, bisect, statistics, decimal, copy, enum, json, ...); no relative import;
   - a module's attributes (`m.x`, `from m import x`): public, and not a door out of the allowlist
     (LEAKS: an attribute that is a module outside it, such as enum.bltns, typing.sys, json.codecs,
-    or an object defined outside it, such as queue.time), nor one that evaluates text
-    (typing.get_type_hints, typing.ForwardRef);
-  - names, attributes, match-class keywords, getattr & co.'s constant names and the fields of a
-    constant str.format template: no introspection (INTROSPECTION: code, frame,
-    generator, coroutine and traceback internals, a function's globals, closure and annotations,
-    the class hierarchy, the builtins), none of BANNED_NAMES unless the program binds it;
-  - getattr & co. only called directly with a constant name; an imported module only used as
+    an object defined outside it, such as queue.time, or a metaclass, such as abc.ABCMeta), nor
+    one that evaluates text (typing.get_type_hints, typing.ForwardRef);
+  - names, attributes, match-class keywords and the fields of a constant str.format template: no
+    introspection (INTROSPECTION: code, frame, generator, coroutine and traceback internals, a
+    function's globals, closure and annotations, the class hierarchy, the builtins); none of
+    BANNED_NAMES (eval, vars, getattr & co., type, id, hash, ...) unless it is the program's own
+    where it is read (bound in that function or one around it: never the builtin);
+  - a module (imported, or reached as an attribute: re.enum, json.decoder) only used as
     `module.x`; no assignment or deletion through an imported name or a call (no patching of the
     classes grading compares with);
   - no string made at run time ever becomes an attribute name: dunder names only from DUNDERS
     (ordinary methods: no __match_args__, __getattr__, __setattr__, __instancecheck__, ...); class
-    patterns with positional sub-patterns only for builtins that match the subject itself; `type`
-    and functools.wraps only called with one argument, never bound or aliased; no
-    functools.update_wrapper, abc's register, enum functional API,
-    type(x) called with three arguments; str.format and format_map only on a constant string. Other
-    string constants are data ('mro' in a string is a word, not an attribute).
+    patterns with positional sub-patterns only for builtins that match the subject itself and that
+    the program never binds (a capture pattern `case int:` binds int); functools.wraps only as a
+    def's one-argument decorator, never aliased; no functools.update_wrapper or cached_property,
+    abc's register, enum functional API; str.format and format_map only on a constant string.
+    Other string constants are data ('mro' in a string is a word, not an attribute).
 The text that runs is the text screened: the entry function is renamed to f on the token stream
 (tokenize's own lines), and the result is parsed and screened again; the code_f student's program
 with the teacher's imports, an input's pack expression, a code_o answer and an imports line are
@@ -38,6 +39,7 @@ import io
 import json
 import re
 import string
+import symtable
 import tokenize
 import types
 import warnings
@@ -57,24 +59,30 @@ BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading 
                     "marshal resource posix _io _socket _thread _signal _posixsubprocess _ctypes "
                     "fcntl pty mmap code codeop runpy timeit cProfile profile pdb bdb trace "
                     "pkgutil zipimport __main__ sandbox verify").split())
-# names a program may not use unless it binds them itself
+# names a program may not use unless they are its own: bound in the function (def, lambda,
+# comprehension) that uses them or in one around it, where Python never falls back to the builtin.
+# [ours] getattr & co. (an attribute is written as obj.name; AZR's seeds never call them), type
+# (`type(x)` is type itself for a class, and three arguments build a class from a dict whose keys
+# are made at run time), id and hash (an address: its low bits differ between the children of one
+# zygote, so a teacher could choose its students' failure rate; hash of an object without __hash__
+# is its address too). AZR's seeds use none of type, id and hash.
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
-                    "vars __build_class__").split())
+                    "vars __build_class__ getattr setattr delattr hasattr type id hash").split())
+ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
-# enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals)
+# enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals),
+# functools.cached_property (reads and writes an object's __dict__ under a name given at run
+# time: its attrname, set by __set_name__ or by assignment), typing.get_origin (of typing.Type it
+# is type itself)
 BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
                 "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
                 "getline", "getlines", "FileIO", "update_wrapper", "register",
                 "no_type_check", "EnumMeta", "EnumType", "_create_", "_convert_",
-                "global_enum"} | BANNED_SHOWN
-ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
-# [ours] names a program may call only directly with one argument, never bind, alias or pass as a
-# value: `type(x)` (three arguments build a class from a dict whose keys are made at run time) and
-# functools.wraps(fn)
-ONE_ARGUMENT = {"type", "wraps"}
-# [ours] of those, the ones whose call is only a def's decorator (`@functools.wraps(g)`):
-# wraps(fn) returns a partial of update_wrapper, whose call keywords replace its own, so any other
-# use of it (`wraps(fn)(w, updated=(name,))`, `.func`) reads and writes attributes named at run time
+                "global_enum", "cached_property", "get_origin"} | BANNED_SHOWN
+# [ours] names a program may use only as a def's decorator called with one argument
+# (`@functools.wraps(g)`), never bind, alias or pass as a value: wraps(fn) returns a partial of
+# update_wrapper, whose call keywords replace its own, so any other use of it (`wraps(fn)(w,
+# updated=(name,))`, `.func`) reads and writes attributes named at run time
 DECORATOR_ONLY = {"wraps"}
 # [ours] the dunder names a program may use at all (define, assign, read, pass as a keyword): the
 # ordinary methods of the object, number and container protocols. The hooks that turn text made at
@@ -146,27 +154,37 @@ _INTROSPECTION_RE = re.compile("|".join(sorted(map(re.escape, INTROSPECTION), ke
 
 
 def _leaks():
-    """{allowed module: its public attributes that lead out of the allowlist}: submodules and
+    """({allowed module: its public attributes that lead out of the allowlist}, {allowed module:
+    {its public attribute: the allowed module that attribute is}}). Doors out: submodules and
     modules it imported that are not allowed (enum.bltns is the builtins module, typing.sys,
     json.codecs), objects defined in a module that is not (queue.time is time.monotonic; a
-    builtin function re-exported), and the library's mutable state, which a method call changes
+    builtin function re-exported), the library's mutable state, which a method call changes
     with no assignment the screen sees (copy.dispatch_table is copyreg's table of reducers, whose
-    state dicts copy.copy turns into setattr calls by name; keyword.kwlist). Computed from this
-    interpreter's own modules, so a Python that adds a door has it closed."""
+    state dicts copy.copy turns into setattr calls by name; keyword.kwlist), and metaclasses
+    (abc.ABCMeta, typing.NamedTupleMeta: like type, called with three arguments they build a class
+    from a dict whose keys are made at run time). The allowed modules reached as attributes
+    (re.enum, json.decoder, collections.abc) are screened as those modules, and never used as
+    values. Computed from this interpreter's own modules, so a Python that adds a door has it
+    closed."""
     allowed_tops = {name.split(".")[0] for name in ALLOWED_MODULES}
-    out = {}
+    leaks, submodules = {}, {}
     for name in ALLOWED_MODULES:
         module = import_module(name)
-        leaks = set()
+        leaks[name], submodules[name] = set(), {}
         for attr, value in vars(module).items():
             if attr.startswith("_"):
                 continue
             if isinstance(value, (dict, list, set, bytearray)):
-                leaks.add(attr)
+                leaks[name].add(attr)
+                continue
+            if isinstance(value, type) and issubclass(value, type):
+                leaks[name].add(attr)
                 continue
             if isinstance(value, types.ModuleType):
-                if value.__name__ not in ALLOWED_MODULES:
-                    leaks.add(attr)
+                if value.__name__ in ALLOWED_MODULES:
+                    submodules[name][attr] = value.__name__
+                else:
+                    leaks[name].add(attr)
                 continue
             origin = getattr(value, "__module__", None)
             if not isinstance(origin, str):
@@ -175,12 +193,11 @@ def _leaks():
             if origin == "builtins" and isinstance(value, type):
                 continue
             if top not in allowed_tops:
-                leaks.add(attr)
-        out[name] = leaks
-    return out
+                leaks[name].add(attr)
+    return leaks, submodules
 
 
-LEAKS = _leaks()
+LEAKS, SUBMODULES = _leaks()
 
 
 def quiet(parse, *args, **kwargs):
@@ -240,19 +257,18 @@ def check(tree):
     """Layer 1 on a parsed text: raise Invalid for what the module docstring lists; -> its nodes.
     (Tests switch it off by setting screen.check = screen.nodes.)"""
     found = nodes(tree)
-    imported, bound, modules, direct, one, enums = _bindings(found)
-    _check_uses(found, imported, bound, modules, direct, one, enums)
+    imported, bound, modules, direct, decorators, enums = _bindings(found)
+    _check_uses(found, imported, bound, modules, direct, decorators, enums)
     return found
 
 
 def _bindings(found):
     """The screen's first pass: raise Invalid for an import outside the allowlist (or of a door of
-    an allowed module), or a binding of getattr & co., type or wraps; -> (names imported, names the
-    program binds, {name: module} for names bound to a module, ids of the nodes used directly: `x`
-    in `x.attr` and in `x(...)`, ids of the functions called with one plain argument, of those
-    only when the call is a def's decorator for the DECORATOR_ONLY ones, the names of enum classes:
-    ENUM_CLASSES and the program's classes derived from one)."""
-    imported, bound, modules, direct, one = set(), set(), {}, set(), set()
+    an allowed module), or an alias of wraps; -> (names imported, every name the program binds
+    anywhere, {name: module} for names bound to a module, ids of the nodes used directly: `x` in
+    `x.attr`, ids of the callees of the one-argument calls that decorate a def, the names of enum
+    classes: ENUM_CLASSES and the program's classes derived from one)."""
+    imported, bound, modules, direct, decorators = set(), set(), {}, set(), set()
     decorating, classes = set(), []
     # exact types (ast.parse output), most frequent first
     for node in found:
@@ -264,17 +280,10 @@ def _bindings(found):
             # a module's name as `module.x` (not an alias of it)
             direct.add(id(node.value))
         elif kind is ast.Call:
-            # getattr & co. as `getattr(...)` (not an alias of it)
-            direct.add(id(node.func))
-            # type and wraps as `type(x)`; wraps only as a decorator (a def is found before its
-            # decorators)
-            func = node.func
+            # wraps only as `@wraps(g)` (a def is found before its decorators)
             plain = len(node.args) == 1 and not node.keywords
-            plain = plain and type(node.args[0]) is not ast.Starred
-            if plain and (_called(func) not in DECORATOR_ONLY or id(func) in decorating):
-                one.add(id(func))
-        elif kind is ast.arg:
-            bound.add(node.arg)
+            if plain and type(node.args[0]) is not ast.Starred and id(node.func) in decorating:
+                decorators.add(id(node.func))
         elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
             bound.add(node.name)
             if kind is ast.ClassDef:
@@ -297,15 +306,13 @@ def _bindings(found):
             _allowed_module(node.module)
             for alias in node.names:
                 _allowed_attribute(node.module, alias.name)
-                if alias.name in ONE_ARGUMENT and alias.asname not in (None, alias.name):
+                if alias.name in DECORATOR_ONLY and alias.asname not in (None, alias.name):
                     raise Invalid(f"{alias.name} imported under another name")
                 imported.add(alias.asname or alias.name)
-                if f"{node.module}.{alias.name}" in ALLOWED_MODULES:
-                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    # a binding anywhere would lift the checks of their calls everywhere
-    rebound = bound & (ATTR_CALLS | ONE_ARGUMENT)
-    if rebound:
-        raise Invalid(f"the name {min(rebound)} is bound by the program")
+                if alias.name in SUBMODULES[node.module]:
+                    modules[alias.asname or alias.name] = SUBMODULES[node.module][alias.name]
+        elif kind in BINDERS:
+            bound.update(_binds(node))
     # derived at any depth (a class may name a base defined further down, in a function)
     enums, grown = set(ENUM_CLASSES), True
     while grown:
@@ -314,7 +321,30 @@ def _bindings(found):
             if node.name not in enums and any(_called(base) in enums for base in node.bases):
                 enums.add(node.name)
                 grown = True
-    return imported, bound, modules, direct, one, enums
+    return imported, bound, modules, direct, decorators, enums
+
+
+# the nodes but Name and the defs that bind a name (_binds)
+BINDERS = {ast.arg, ast.alias, ast.Global, ast.Nonlocal, ast.MatchAs, ast.MatchStar,
+           ast.ExceptHandler, ast.MatchMapping}
+
+
+def _binds(node):
+    """The names a node other than a Name or a def binds: an argument, an import (`import a.b`
+    binds a), a global or nonlocal declaration, a capture pattern (`case int:`, `case [*int]`,
+    `case {**int}`, `case X() as int`), an exception handler's `as`."""
+    kind = type(node)
+    if kind is ast.arg:
+        return [node.arg]
+    if kind is ast.alias:
+        return [node.asname or node.name.split(".")[0]]
+    if kind in (ast.Global, ast.Nonlocal):
+        return node.names
+    if kind in (ast.MatchAs, ast.MatchStar, ast.ExceptHandler):
+        return [node.name]
+    if kind is ast.MatchMapping:
+        return [node.rest]
+    return []
 
 
 def _allowed_module(name):
@@ -332,42 +362,44 @@ def _allowed_attribute(module, attr):
 
 
 def _module_of(node, modules):
-    """The allowed module an expression names (`collections`, `collections.abc`), or None."""
+    """The allowed module an expression is (`collections`, `collections.abc`, `re.enum`), or
+    None."""
     if type(node) is ast.Name:
         return modules.get(node.id)
     if type(node) is ast.Attribute:
         outer = _module_of(node.value, modules)
-        if outer is not None and f"{outer}.{node.attr}" in ALLOWED_MODULES:
-            return f"{outer}.{node.attr}"
+        if outer is not None:
+            return SUBMODULES[outer].get(node.attr)
     return None
 
 
-def _check_uses(found, imported, bound, modules, direct, one, enums):
+def _check_uses(found, imported, bound, modules, direct, decorators, enums):
     """The screen's second pass, over what _bindings found: raise Invalid for a banned name,
-    attribute or string, a dunder name outside DUNDERS, getattr & co. or a module used other than
-    directly, type or wraps other than called with one argument, an attribute call with a name that
-    is not a constant allowed one, a class pattern reading attributes by __match_args__, str.format
-    of text made at run time, the enum functional API, and monkey-patching."""
+    attribute or string, a dunder name outside DUNDERS, a module used other than as `module.x`,
+    wraps other than as a def's one-argument decorator, a class pattern reading attributes by
+    __match_args__, str.format of text made at run time, the enum functional API, and
+    monkey-patching."""
+    own = set()
     for node in found:
         kind = type(node)
         if kind is ast.Name:
-            if node.id in INTROSPECTION or (node.id in BANNED_NAMES and node.id not in bound):
+            if node.id in INTROSPECTION:
                 raise Invalid(f"banned name: {node.id}")
+            if node.id in BANNED_NAMES and node.id not in bound:
+                raise Invalid(_banned_name(node.id))
+            if node.id in BANNED_NAMES and type(node.ctx) is ast.Load:
+                own.add(node.id)
             _dunder(node.id)
-            if node.id in ATTR_CALLS and id(node) not in direct:
-                raise Invalid(f"{node.id} only as a direct call")
-            if node.id in ONE_ARGUMENT and id(node) not in one:
-                raise Invalid(f"{node.id} only as a direct call with one argument"
-                              f"{_decorator(node.id)}")
-            if node.id in modules and node.id not in bound and id(node) not in direct:
+            if node.id in DECORATOR_ONLY and id(node) not in decorators:
+                raise Invalid(f"{node.id} only as a def's decorator (@functools.wraps(g))")
+            if node.id in modules and type(node.ctx) is ast.Load and id(node) not in direct:
                 raise Invalid(f"the module {node.id} used as a value")
         elif kind is ast.Attribute:
             if node.attr in INTROSPECTION or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
             _dunder(node.attr)
-            if node.attr in ONE_ARGUMENT and id(node) not in one:
-                raise Invalid(f"{node.attr} only as a direct call with one argument"
-                              f"{_decorator(node.attr)}")
+            if node.attr in DECORATOR_ONLY and id(node) not in decorators:
+                raise Invalid(f"{node.attr} only as a def's decorator (@functools.wraps(g))")
             # a format template names attributes ("{0.x}"): only a constant one, whose fields are
             # screened here (other string constants are data: 'mro' in a string is a word)
             constant = type(node.value) is ast.Constant and type(node.value.value) is str
@@ -376,12 +408,11 @@ def _check_uses(found, imported, bound, modules, direct, one, enums):
                     raise Invalid(f"{node.attr} only on a constant string")
                 _format_fields(node.value.value)
             module = _module_of(node.value, modules)
-            if module is not None and f"{module}.{node.attr}" not in ALLOWED_MODULES:
+            if module is not None:
                 _allowed_attribute(module, node.attr)
+                if node.attr in SUBMODULES[module] and id(node) not in direct:
+                    raise Invalid(f"the module {module}.{node.attr} used as a value")
         elif kind is ast.Call:
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in ATTR_CALLS:
-                _check_attribute_call(node, imported)
             _check_class_maker(node, enums)
         elif kind in (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign):
             _check_targets(node, imported)
@@ -390,13 +421,45 @@ def _check_uses(found, imported, bound, modules, direct, one, enums):
         else:
             for name in _names(node):
                 _dunder(name)
+    if own:
+        _own_names_only(found[0], own)
 
 
-def _decorator(name):
-    """The end of the reason for a DECORATOR_ONLY name used otherwise."""
-    if name in DECORATOR_ONLY:
-        return ", as a def's decorator (@functools.wraps(g))"
-    return ""
+def _banned_name(name):
+    """The reason a BANNED_NAMES name is refused."""
+    if name in ATTR_CALLS:
+        return (f"banned name: {name} (an attribute needs a constant, allowed attribute name, "
+                "written as obj.name)")
+    return f"banned name: {name}"
+
+
+def _own_names_only(tree, names):
+    """Raise Invalid if a name of `names` (BANNED_NAMES the program binds somewhere) is read where
+    Python may fall back to the builtin: at module level, in a class body that binds it, or in a
+    function that neither binds it nor sits in one that does (symtable: the compiler's own
+    scopes, so `def g(eval): ...` elsewhere does not make `eval` in f the program's)."""
+    mode = "exec"
+    if type(tree) is ast.Expression:
+        mode = "eval"
+    try:
+        tables = [symtable.symtable(ast.unparse(tree), "<program>", mode)]
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not compile: {type(e).__name__}") from None
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        kind = table.get_type()
+        for symbol in table.get_symbols():
+            if symbol.get_name() not in names or not symbol.is_referenced():
+                continue
+            mine = False
+            if kind == "function":
+                mine = symbol.is_free() or (symbol.is_local() and not symbol.is_global())
+            elif kind == "class":
+                mine = symbol.is_free() and not symbol.is_local()
+            if not mine:
+                raise Invalid(_banned_name(symbol.get_name()) + ", used where it is not the "
+                              "program's own")
 
 
 def _format_fields(template):
@@ -415,22 +478,16 @@ def _format_fields(template):
 
 def _names(node):
     """The identifiers a node other than a Name or Attribute binds or passes (a def's or a class's
-    name, an argument's, a keyword's, an import's, a global's, a capture pattern's)."""
+    name, a keyword's, an imported attribute's, and what _binds gives)."""
     kind = type(node)
     if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
         return [node.name]
-    if kind is ast.arg:
+    if kind is ast.keyword:
         return [node.arg]
     if kind is ast.alias:
         return [node.name, node.asname]
-    if kind in (ast.Global, ast.Nonlocal):
-        return node.names
-    if kind is ast.keyword:
-        return [node.arg]
-    if kind in (ast.MatchAs, ast.MatchStar):
-        return [node.name]
-    if kind is ast.MatchMapping:
-        return [node.rest]
+    if kind in BINDERS:
+        return _binds(node)
     return []
 
 
@@ -467,36 +524,15 @@ def _called(func):
 
 
 def _check_class_maker(node, enums):
-    """No class built from names made at run time: `type(x)(name, bases, namespace)` (type's own
-    class called with three arguments) and the enum functional API (`Enum("E", names)`, `E("X",
-    names)` for an E derived from an enum class; the zygote refuses it for the spellings the screen
-    cannot see: an alias, `E.__call__`, functools.partial(E))."""
-    func = node.func
+    """No class built from names made at run time by the enum functional API (`Enum("E", names)`,
+    `E("X", names)` for an E derived from an enum class; the zygote refuses it for the spellings
+    the screen cannot see: an alias, `E.__call__`, functools.partial(E)). (type and the
+    metaclasses, whose three-argument call is the other way, are refused as names.)"""
     spread = any(type(a) is ast.Starred for a in node.args) or any(
         k.arg is None for k in node.keywords)
-    of_type = type(func) is ast.Call and type(func.func) is ast.Name and func.func.id == "type"
-    if of_type and (len(node.args) >= 3 or spread):
-        raise Invalid("type(x) called with three arguments (a class built at run time)")
-    name = _called(func)
+    name = _called(node.func)
     if name in enums and (len(node.args) > 1 or node.keywords or spread):
         raise Invalid(f"{name} called with members (the functional API)")
-
-
-def _check_attribute_call(node, imported):
-    """getattr & co. only with a constant attribute name that is neither private nor banned
-    (getattr(codecs, "sys")); setattr and delattr never on an imported module."""
-    name = None
-    if len(node.args) > 1:
-        name = node.args[1]
-    constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
-    if not constant or name.value.startswith("_") or name.value in BANNED_ATTRS:
-        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
-    if name.value in INTROSPECTION:
-        raise Invalid(f"{node.func.id} needs a constant, allowed attribute name")
-    root = _root(node.args[0])
-    if node.func.id in ("setattr", "delattr") and isinstance(root, ast.Name):
-        if root.id in imported:
-            raise Invalid("modifies an imported module")
 
 
 def _root(node):
