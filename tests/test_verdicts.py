@@ -401,17 +401,17 @@ def test_ordinary_classes_and_patterns_still_pass():
     program = ("import functools, typing\n"
                "class P(typing.NamedTuple):\n    a: int\n    b: int = 0\n"
                "class V:\n    def __init__(self, v):\n        self.v = v\n"
-               "    def __add__(self, o):\n        return type(self)(self.v + o.v)\n"
+               "    def __add__(self, o):\n        return V(self.v + o.v)\n"
                "    def __eq__(self, o):\n        return self.v == o.v\n"
-               "    def __hash__(self):\n        return hash(self.v)\n"
+               "    def __hash__(self):\n        return self.v\n"
                "    def __repr__(self):\n        return 'V({})'.format(self.v)\n"
                "def deco(g):\n    @functools.wraps(g)\n    def inner(*a):\n        return g(*a)\n"
                "    return inner\n"
                "@deco\ndef f(x):\n    match x:\n        case int(n) if n > 5:\n"
-               "            return [P(n, n).b, repr(V(n) + V(1)), type(n).__name__]\n"
+               "            return [P(n, n).b, repr(V(n) + V(1)), len({V(n), V(n)})]\n"
                "        case P(a=a):\n            return a\n        case [int(a), *rest]:\n"
                "            return a\n    return None")
-    assert validated("code_o", {"program": program, "input": "7"})["output"] == "[7, 'V(8)', 'int']"
+    assert validated("code_o", {"program": program, "input": "7"})["output"] == "[7, 'V(8)', 1]"
 
 
 # with the screen off, a program that reached the zygote's globals (an allowed module's globals ->

@@ -126,14 +126,15 @@ def six_zygotes(monkeypatch):
 
 @pytest.mark.slow
 def test_a_one_bit_program_never_pays_its_teacher_for_a_correct_answer(six_zygotes):
-    """f depends on one bit of the hash seed or of an address: half such programs pass the two
+    """f depends on one bit of the hash seed: half such programs pass the two
     validation runs. Graded with the teacher's own input, an attempt is correct or VOID, never
     wrong; and a void problem pays its teacher nothing. (Before: 16 such programs gave ~8 valid
     problems whose own input was graded wrong on the zygotes whose bit differs.)"""
+    # (hash and id are refused by the screen now; a set of two strings iterates in an order set by
+    # the hash seed)
     programs = []
-    for k in range(12):
-        programs.append(f"def f(x):\n    return x + hash('salt{k}') % 2")
-        programs.append(f"def f(x):\n    return x + (id(f) >> {12 + k % 6}) % 2")
+    for k in range(24):
+        programs.append(f"def f(x):\n    return x + (next(iter({{'s{k}', 't{k}'}})) == 's{k}')")
     results = verify.validate("code_o", [{"program": p, "input": "10"} for p in programs])
     problems = []
     for p, r in zip(programs, results):

@@ -205,7 +205,7 @@ VALIDITY_CASES = [
     # a multi-line input
     ("def f(a, b):\n    return a + b", "[1,\n 2],\n[3]", True, "valid"),
     ("import json\ndef f(x):\n    return getattr(getattr(json, 'codecs'), 'open')", "1", False,
-     "allowed attribute"),
+     "used as a value"),
     ("import json\ndef f(x):\n    return json.codecs.lookup('utf-8')", "1", False,
      "banned attribute: json.codecs"),
 ]
