@@ -177,7 +177,7 @@ def _leaks():
             if isinstance(value, (dict, list, set, bytearray)):
                 leaks[name].add(attr)
                 continue
-            if isinstance(value, type) and issubclass(value, type):
+            if isinstance(value, type) and issubclass(value, type) or _makes_a_metaclass(value):
                 leaks[name].add(attr)
                 continue
             if isinstance(value, types.ModuleType):
@@ -195,6 +195,22 @@ def _leaks():
             if top not in allowed_tops:
                 leaks[name].add(attr)
     return leaks, submodules
+
+
+def _makes_a_metaclass(value):
+    """Is `value` (not a class) one that stands for a metaclass: a generic alias whose origin is
+    one, or one that puts one among a class's bases (`class M(typing.Type): ...` is a subclass
+    of type, through typing.Type's __mro_entries__; red team round 5 H04)?"""
+    if isinstance(value, type):
+        return False
+    origin = getattr(value, "__origin__", None)
+    if isinstance(origin, type) and issubclass(origin, type):
+        return True
+    try:
+        bases = value.__mro_entries__((value,))
+    except Exception:
+        return False
+    return any(isinstance(b, type) and issubclass(b, type) for b in bases)
 
 
 LEAKS, SUBMODULES = _leaks()

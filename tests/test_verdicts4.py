@@ -136,6 +136,14 @@ def test_run_time_named_class_makers_are_refused(text):
     assert "banned attribute" in (refused(program) or ""), text
 
 
+@pytest.mark.parametrize("text", ["import typing\nclass M(typing.Type):\n    pass",
+                                  "from typing import Type as T\nclass M(T[int]):\n    pass"])
+def test_a_metaclass_made_through_a_generic_alias_is_refused(text):
+    """Red team round 5 H04: typing.Type is no class, but as a base its __mro_entries__ gives type,
+    so the class is a metaclass that builds classes from run-time names (screen._makes_a_metaclass)."""
+    assert "typing.Type" in (refused(text + "\ndef f(x):\n    return x") or ""), text
+
+
 def test_an_answer_reaching_a_module_through_cached_property_is_not_correct():
     """The red team's G02 without type: a code_o answer is an expression screened as it runs; a
     metaclass called with three arguments names a cached_property at run time, which then reads
