@@ -8,6 +8,7 @@ pool, and what it keeps in memory every child inherits.
 The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs
 is bound here before layer 3 disables os functions for user code.
 """
+import array
 import ctypes
 import gc
 import io
@@ -322,7 +323,8 @@ _landlock = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
 # seccomp programs kept alive (_seccomp_load); the scratch folders' times at the last clean
-_bpf, _scratch_times = [], []
+# (an array of C ints: a time kept until the next job is no object on the heap, see _serve)
+_bpf, _scratch_times = [], array.array("q")
 # what isolation.py made: the folders hidden, the private tmpfs folders, the interpreter's
 # folders put back inside one (the clean-up spares them)
 _hidden, _scratch, _kept = (isolation.made[key] for key in ("hidden", "scratch", "kept"))
@@ -376,7 +378,7 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     readable = isolation.readable(repo)
     _landlock, why = isolation.landlock_setup(landlock, readable, [jobs] + _scratch)
     # unknown: the first clean lists them
-    _scratch_times.extend([(0, 0)] * len(_scratch))
+    _scratch_times.extend([0, 0] * len(_scratch))
     layers["landlock"] = [_landlock is not None, why]
     _seccomp_layers(layers, programs, uid)
     hello = {"layers": layers, "hidden": _hidden, "pid": os.getpid(), "base": base,
@@ -624,20 +626,31 @@ def _serve(requests, replies, jobs, uid):
     # every job (a child may write all of it; the next one finds zeros)
     global _acknowledged
     _acknowledged = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
-    while True:
-        header = _take(requests, HEADER)
-        if not header:
-            return
-        numbers = [int.from_bytes(header[k:k + 8], "little") for k in range(0, HEADER, 8)]
-        settings = dict(zip(("length", "timeout_ms", "memory_mb", "stdout_cap"), numbers))
-        # unguessable: no child can prepare the next one's
-        workdir = f"{jobs}/{os.urandom(8).hex()}"
-        header, start, size, retire = _job(settings, requests, workdir, uid, view)
-        _write_all(replies, header)
-        _write_all(replies, view[start:size])
-        result.madvise(mmap.MADV_DONTNEED, 0, size)
-        if retire:
-            return
+    # every child is forked from the same heap: all the loop makes for a job it lets go of before
+    # the next (_one's locals; one dict for the settings, which made the heap grow a block a job),
+    # so the addresses a program sees depend on its zygote and its own job, not on how many jobs
+    # came before (a per-job bit no per-zygote check can catch: red team round 5, H01-H03)
+    settings = {}
+    while _one(requests, replies, jobs, uid, view, result, settings):
+        pass
+
+
+def _one(requests, replies, jobs, uid, view, result, settings):
+    """One job of _serve's loop -> whether to go on (False at EOF or when the zygote retires)."""
+    header = _take(requests, HEADER)
+    if not header:
+        return False
+    for k, key in enumerate(("length", "timeout_ms", "memory_mb", "stdout_cap")):
+        settings[key] = int.from_bytes(header[8 * k:8 * k + 8], "little")
+    # unguessable: no child can prepare the next one's
+    workdir = f"{jobs}/{os.urandom(8).hex()}"
+    header, start, size, retire = _job(settings, requests, workdir, uid, view)
+    _write_all(replies, header)
+    _write_all(replies, view[start:size])
+    result.madvise(mmap.MADV_DONTNEED, 0, size)
+    for key in settings:
+        settings[key] = None
+    return not retire
 
 
 def _job(settings, requests, workdir, uid, view):
@@ -652,7 +665,9 @@ def _job(settings, requests, workdir, uid, view):
     cap = min(settings["stdout_cap"], STDOUT_CAP)
     # a child's limit is CPU time (_child); the wall clock only ends one that sleeps or waits
     backstop = timeout * WALL_FACTOR + 1.0
-    _out.buffer.cap = cap
+    # kept from one job to the next only when it changes (see _serve)
+    if cap != _out.buffer.cap:
+        _out.buffer.cap = cap
     limits = _limits(settings["memory_mb"], timeout, uid)
     # seccomp denies chown (to us too): with a uid drop the cwd is open to all (umask 0), and still
     # reachable by its own child only: the jobs folder is ours, 0711, and the name random
@@ -796,13 +811,15 @@ def _clean(workdir, forked_ns):
         for n, folder in enumerate(_scratch):
             seen = os.stat(folder)
             times = (seen.st_mtime_ns, seen.st_ctime_ns)
-            quiet = times == _scratch_times[n] and max(times) < forked_ns - 20_000_000
+            quiet = times == tuple(_scratch_times[2 * n:2 * n + 2]) and \
+                max(times) < forked_ns - 20_000_000
             if quiet and not _inside_any(_kept, folder):
                 continue
             if not _empty(folder, spare):
                 return False
             seen = os.stat(folder)
-            _scratch_times[n] = (seen.st_mtime_ns, seen.st_ctime_ns)
+            _scratch_times[2 * n:2 * n + 2] = array.array("q", (seen.st_mtime_ns,
+                                                                seen.st_ctime_ns))
         return True
     except (OSError, RecursionError):
         return False

@@ -159,3 +159,15 @@ def test_a_check_whose_zygote_is_gone_is_run_elsewhere(monkeypatch):
                                                           (False, False)], graded
     # attempts; the pinned checks (their zygotes gone); the same checks unpinned
     assert len(calls) == 3 and all(calls[1]) and not any(calls[2]), calls
+
+
+def test_a_zygote_forks_every_child_from_the_same_heap(one_zygote):
+    """The zygote lets go of all it made for a job before the next, so a fresh object's address
+    does not move from job to job (it moved one 64-byte slot a job: a per-job bit that no
+    per-zygote check catches, which let a teacher choose its students' failure rate through a
+    default repr or a set's order; red team round 5 H01-H03). What is left: some addresses take
+    one of two values in turn (something of a job still lives through the next fork)."""
+    job = {"code": "class B:\n    pass\nprint(id(object()) & 0xffff, id(B()) & 0xffff)",
+           "family": 0}
+    seen = {r["stdout"] for r in sandbox.run([dict(job) for _ in range(12)])}
+    assert len(seen) <= 2, seen
