@@ -631,7 +631,20 @@ def _serve(requests, replies, jobs, uid):
     # so the addresses a program sees depend on its zygote and its own job, not on how many jobs
     # came before (a per-job bit no per-zygote check can catch: red team round 5, H01-H03)
     settings = {}
-    while _one(requests, replies, jobs, uid, view, result, settings):
+    # a job of our own first, its answer dropped: the loop's first pass makes what it keeps
+    # (first-use caches, the settings dict's table), so a zygote's first child saw another heap
+    # than every later one, and an attempt run there could differ from its check (red team round
+    # 6, I04)
+    own = _pipe()
+    body = marshal.dumps({"code": compile("def f(x):\n    return [x]", "<w>", "exec"),
+                          "calls": [compile("f(1)", "<w>", "eval")], "audit": _idle})
+    numbers = (len(body), 1000, MEMORY_MB, STDOUT_CAP)
+    _write_all(own[1], b"".join(n.to_bytes(8, "little") for n in numbers) + body)
+    _close(own[1])
+    going = _one(own[0], _null, jobs, uid, view, result, settings)
+    _close(own[0])
+    del own, body, numbers
+    while going and _one(requests, replies, jobs, uid, view, result, settings):
         pass
 
 

@@ -166,9 +166,10 @@ def test_a_zygote_forks_every_child_from_the_same_heap(one_zygote):
     does not move from job to job (it moved one 64-byte slot a job: a per-job bit that no
     per-zygote check catches, which let a teacher choose its students' failure rate through a
     default repr or a set's order; red team round 5 H01-H03). What is left: some addresses take
-    one of two or three values in turn, and a zygote's first job sees its heap still settling."""
+    one of two values in turn (a zygote runs a job of its own first, so its first child's heap is
+    settled too: red team round 6, I04)."""
     job = {"code": "class B:\n    pass\nprint(id(object()) & 0xffff, id(B()) & 0xffff)",
            "family": 0}
-    seen = {r["stdout"] for r in sandbox.run([dict(job) for _ in range(13)])[1:]}
+    seen = {r["stdout"] for r in sandbox.run([dict(job) for _ in range(12)])}
     # (12 distinct before: one per job)
-    assert len(seen) <= 3, seen
+    assert len(seen) <= 2, seen
