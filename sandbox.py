@@ -3,8 +3,8 @@ screen.py). Three files: this one, the pool in the calling process (the API); zy
 processes it starts and their children; isolation.py, the walls a zygote puts up once.
 
 API: run(jobs) -> [{"ok", "error", "stdout", "values", "pid", "cpu_s", "wall_s", "zygote"}] (job
-keys: zygote._evaluate, _pack, "family", "zygote"), layers() (every layer, on or off, and why), zygotes(), shutdown(),
-failed(error), seccomp_programs() (isolation.py's).
+keys: zygote._evaluate, _pack, "family", "zygote"), layers() (every layer, on or off, and why),
+zygotes(), shutdown(), failed(error), seccomp_programs() (isolation.py's).
 
 Design. The calling process never forks and never runs model text; it compiles each job (which runs
 nothing) and ships it as marshal bytes (parent -> child only) to a pool of "zygotes": warm

@@ -45,7 +45,8 @@ with Python's == (AZR's semantics). code_o: a literal answer read here (never sc
 runs), another evaluated with the program's imports but not f; code_i: the answer's arguments as
 above, then f on them; code_f: the student's program (the teacher program's imports prepended,
 screened as one text) on the stored arguments. Each problem is also graded against itself in the
-same batch, in children of its own; one that fails is void (grade). Problems from before golds or args: add_golds.
+same batch, in children of its own; one that fails is void (grade). Problems from before golds or
+args: add_golds.
 
 Layer 1, the static screen, is screen.py (an import allowlist, no introspection, the text that runs
 is the text screened); layers 2-7 are sandbox.py's (`python verify.py layers`); require_isolation
@@ -254,8 +255,8 @@ def _call_f(entries, families, timeout):
     """f on every argument list, as validation and grading both run it. An entry: {"code": the
     program f comes from, "args": an encoding of (args, kwargs) per call, None where the input is
     not a literal, "packs": [(k, text)] for those, "pack_code": the program they are evaluated
-    with, "families" (optional): its own in place of `families`, "zygote" (optional): the zygote
-    its runs are pinned to}. Step 1 (only for inputs that are
+    with, "families" (optional): its own in place of `families`, "zygote" (optional, 0 = none):
+    the zygote its runs are pinned to}. Step 1 (only for inputs that are
     not literals): the pack texts evaluated in a child per family, which must agree -> the missing
     encodings. Step 2: f called on every argument list, in a fresh child per family. -> per entry,
     one run per family (a failed step 1 fails them all)."""
@@ -266,7 +267,8 @@ def _call_f(entries, families, timeout):
         for family in e.get("families", families):
             calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
-                          "family": family, "timeout": timeout, "audit": True, **_pin(e)})
+                          "family": family, "timeout": timeout, "audit": True,
+                          "zygote": e.get("zygote", 0)})
         owners.append(n)
     failed = {}
     runs = sandbox.run(first)
@@ -280,20 +282,14 @@ def _call_f(entries, families, timeout):
             continue
         for family in e.get("families", families):
             second.append({"code": screen.compiled(e["code"]), "args": e["args"],
-                           "family": family, "timeout": timeout, "audit": True, **_pin(e)})
+                           "family": family, "timeout": timeout, "audit": True,
+                           "zygote": e.get("zygote", 0)})
         owners.append(n)
     runs = sandbox.run(second)
     out = dict(zip(owners, _per_entry(entries, owners, families, runs)))
     for n, run in failed.items():
         out[n] = [run] * len(entries[n].get("families", families))
     return [out[n] for n in range(len(entries))]
-
-
-def _pin(entry):
-    """The job keys that pin an entry's runs to one zygote (sandbox.run), if it names one."""
-    if entry.get("zygote"):
-        return {"zygote": entry["zygote"]}
-    return {}
 
 
 def _per_entry(entries, owners, families, runs):
@@ -596,33 +592,16 @@ def grade(task, attempts, timeout=5.0):
                 entries.append((i, work, compared, gold, key))
         runs = sandbox.run([job for _, job, _, _, _ in jobs])
         done += [(i, run, c, g, key) for (i, _, c, g, key), run in zip(jobs, runs)]
-        owners = list(checks)
-        work = [dict(checks[key][0], families=(0, 1)) for key in owners]
-        if task == "code_i":
-            # the attempts first: their checks go where they ran
-            work = []
+        # code_o, code_f: the checks in both families, beside the attempts; code_i: after them,
+        # where they ran
+        owners, work = list(checks), []
+        if task != "code_i":
+            work = [dict(checks[key][0], families=(0, 1)) for key in owners]
         runs = _call_f([e for _, e, _, _, _ in entries] + work, (None,), timeout)
         done += [(i, run[0], c, g, key) for (i, _, c, g, key), run in zip(entries, runs)]
         check_runs = runs[len(entries):]
         if task == "code_i":
-            where = {}
-            for _, run, _, _, key in done:
-                where.setdefault(key, set()).add(run.get("zygote", 0))
-            work, owners = [], []
-            for key, (check, _, _) in checks.items():
-                # 0: none of its attempts reached f (each answer failed before): any zygote
-                for zygote in sorted(where.get(key, set()) - {0}) or [0]:
-                    work.append(dict(check, families=(None,), zygote=zygote))
-                    owners.append(key)
-            check_runs = _call_f(work, (None,), timeout)
-            # a check no child of its zygote answered (the zygote died or was replaced since: any
-            # program's doing, or a crash) says nothing of this problem: checked in both families
-            lost = [n for n, runs_of in enumerate(check_runs)
-                    if any(not run["ok"] and not run.get("zygote") for run in runs_of)]
-            again = _call_f([dict(work[n], families=(0, 1), zygote=0) for n in lost], (None,),
-                            timeout)
-            for n, runs_of in zip(lost, again):
-                check_runs[n] = runs_of
+            owners, check_runs = _code_i_checks(checks, done, timeout)
     void = set()
     for key, runs_of in zip(owners, check_runs):
         _, compared, gold = checks[key]
@@ -643,6 +622,30 @@ def grade(task, attempts, timeout=5.0):
         results[i].update(correct=False, void=True,
                           reason="void: the problem's own answer is not graded correct here")
     return results
+
+
+def _code_i_checks(checks, done, timeout):
+    """code_i's self-checks: f on each problem's own input in a child of every zygote that ran one
+    of its attempts (`done`: grade's runs; `checks`: key -> (entry, ...)) -> (the problem key of
+    each check, its runs)."""
+    where = {}
+    for _, run, _, _, key in done:
+        where.setdefault(key, set()).add(run.get("zygote", 0))
+    work, owners = [], []
+    for key, (check, _, _) in checks.items():
+        # 0: none of its attempts reached f (each answer failed before): any zygote
+        for zygote in sorted(where.get(key, set()) - {0}) or [0]:
+            work.append(dict(check, families=(None,), zygote=zygote))
+            owners.append(key)
+    runs = _call_f(work, (None,), timeout)
+    # a check no child of its zygote answered (the zygote died or was replaced since: any
+    # program's doing, or a crash) says nothing of this problem: checked in both families
+    lost = [n for n, runs_of in enumerate(runs)
+            if any(not run["ok"] and not run.get("zygote") for run in runs_of)]
+    again = _call_f([dict(work[n], families=(0, 1), zygote=0) for n in lost], (None,), timeout)
+    for n, runs_of in zip(lost, again):
+        runs[n] = runs_of
+    return owners, runs
 
 
 def _matches(run, compared, gold):
