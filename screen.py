@@ -34,6 +34,7 @@ with the teacher's imports, an input's pack expression, a code_o answer and an i
 each screened as the one text a child compiles.
 """
 import ast
+import builtins
 import contextlib
 import io
 import json
@@ -50,6 +51,7 @@ from zygote import ALLOWED_MODULES
 
 MAX_PROGRAM = 50_000     # chars of a program; longer ones are invalid
 MAX_INPUT = 20_000       # chars of an input or a code_o answer
+MAX_DEPTH = 100          # levels of a program's syntax tree (AZR's seeds: at most 32)
 # AZR's list, the design's additions, then ours: what teacher prompts list as banned (the screen
 # itself admits only ALLOWED_MODULES; the prompt keeps its words, a warm-started model was trained
 # on them)
@@ -108,6 +110,11 @@ ENUM_CLASSES = {"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ReprEnum"}
 REPR_NAMES = {"collections": "from collections import Counter, OrderedDict, deque, defaultdict",
               "fractions": "from fractions import Fraction",
               "decimal": "from decimal import Decimal"}
+# the names those lines bind -> (module, name)
+_REPR_SOURCES = {name.strip(): (module, name.strip()) for module, line in REPR_NAMES.items()
+                 for name in line.split(" import ")[1].split(",")}
+# what an import may not bind (the imports line is in scope where answers run)
+_BUILTIN_NAMES = set(dir(builtins)) | {"__builtins__"}
 # Load, And, Add, ...: markers the screen reads through their parent (and not depth, complexity)
 MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
@@ -255,17 +262,23 @@ def parse(text, mode="exec"):
 
 def nodes(tree):
     """All nodes of a tree but the MARKERS, iteratively (model text can nest past the recursion
-    limit); ~2x faster than ast.walk."""
-    out, stack, node_type = [], [tree], ast.AST
+    limit: `x.a.a.a...` parses into a chain as deep as it is long); raise Invalid deeper than
+    MAX_DEPTH, so nothing that walks a screened tree (the screen's own passes, compile, unparse)
+    can recurse out of the stack. ~2x faster than ast.walk."""
+    out, stack, depths, node_type = [], [tree], [1], ast.AST
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop(), depths.pop()
+        if depth > MAX_DEPTH:
+            raise Invalid(f"nested deeper than {MAX_DEPTH} levels")
         out.append(node)
+        size = len(stack)
         for field in node._fields:
             value = getattr(node, field, None)
             if type(value) is list:
                 stack += [v for v in value if isinstance(v, node_type)]
             elif isinstance(value, node_type) and not isinstance(value, MARKERS):
                 stack.append(value)
+        depths += [depth + 1] * (len(stack) - size)
     return out
 
 
@@ -329,14 +342,19 @@ def _bindings(found):
                     modules[alias.asname or alias.name] = SUBMODULES[node.module][alias.name]
         elif kind in BINDERS:
             bound.update(_binds(node))
-    # derived at any depth (a class may name a base defined further down, in a function)
-    enums, grown = set(ENUM_CLASSES), True
-    while grown:
-        grown = False
-        for node in classes:
-            if node.name not in enums and any(_called(base) in enums for base in node.bases):
-                enums.add(node.name)
-                grown = True
+    # derived at any depth (a class may name a base defined further down, in a function): a walk
+    # from each enum name to the classes that name it as a base (one pass per class, however long
+    # a chain of classes derived from each other: no pass per link)
+    derived = {}
+    for node in classes:
+        for base in node.bases:
+            derived.setdefault(_called(base), []).append(node.name)
+    enums, todo = set(ENUM_CLASSES), list(ENUM_CLASSES)
+    while todo:
+        for name in derived.pop(todo.pop(), ()):
+            if name not in enums:
+                enums.add(name)
+                todo.append(name)
     return imported, bound, modules, direct, decorators, enums
 
 
@@ -674,15 +692,26 @@ def _entry(tree):
 def _imports_text(import_nodes):
     """A program's Import/ImportFrom nodes -> (its import statements, one a line without repeats,
     then REPR_NAMES's line for each module imported in any form that has one; the top-level modules
-    it imports)."""
+    it imports). Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES
+    to anything but itself: the imports line runs before a code_o answer and a code_f student's
+    program, where `from math import prod as sum` (even in a helper never called) would change
+    what the shown output or the student's code means."""
     lines, modules = [], set()
     for node in import_nodes:
         lines.append(ast.unparse(node))
         for alias in node.names:
+            name = alias.asname or alias.name.split(".")[0]
+            if name in _BUILTIN_NAMES:
+                raise Invalid(f"an import binds {name}, a builtin's name")
             if isinstance(node, ast.ImportFrom):
                 modules.add(node.module.split(".")[0])
+                source = (node.module, alias.name)
             else:
                 modules.add(alias.name.split(".")[0])
+                source = (alias.name, None)
+            if _REPR_SOURCES.get(name, source) != source:
+                module, attr = _REPR_SOURCES[name]
+                raise Invalid(f"an import binds {name} to something other than {module}.{attr}")
     for module in sorted(modules):
         if module in REPR_NAMES:
             lines.append(REPR_NAMES[module])

@@ -109,9 +109,12 @@ _fence = prompts.fence
 
 # [ours] no regex here scans to the end of the text more than once: a response holds up to
 # max_new_tokens of model text, and a lazy `.*?</answer>` tried at every `<answer>` of a response
-# with none closed is quadratic (64 KB: ~2 s a parse)
+# with none closed is quadratic (64 KB: ~2 s a parse); a fence's opening line is matched with
+# possessive quantifiers (Python >= 3.11), which never give back what they took:
+# `[ \t]*[\w-]*[ \t]*` tries every split of a long run of blanks with no newline after it (64 K
+# spaces: ~8 s a parse)
 _THINK_END = re.compile(r"</think>\s*<answer>")
-_FENCES = re.compile(r"(?s)```[ \t]*([\w-]*)[ \t]*\n(.*?)```")
+_FENCES = re.compile(r"(?s)```[ \t]*+([\w-]*+)[ \t]*+\n(.*?)```")
 
 
 def _between(text, start, end):

@@ -1,0 +1,136 @@
+"""Issue 22, red team round 7: a syntax tree as deep as the text is long (an attribute chain)
+crashing validate and grade, an import in the program rebinding a name that the shown output or a
+code_f student's program reads, and two parent stalls (a fence opening of blanks, a chain of enum
+classes). Each test failed on the code before its fix (the commit that added it says how)."""
+import time
+
+import pytest
+
+import screen
+import verify
+
+HONEST = {"program": "def f(x):\n    return x + 1", "input": "1"}
+
+
+def validated(task, proposal):
+    result = verify.validate(task, [proposal])[0]
+    assert result["valid"], result
+    return dict(proposal, **{k: v for k, v in result.items() if k not in ("valid", "reason")})
+
+
+# ------------------------------------ class 5: no model text crashes a batch (a tree too deep)
+
+def test_a_program_nested_too_deep_is_one_invalid_proposal_not_a_lost_batch():
+    """`x.real.real...` parses into a tree as deep as the chain is long; the screen's passes
+    recursed through it (RecursionError out of verify.validate: no proposal of the batch got an
+    answer)."""
+    deep = {"program": "def f(x):\n    return x" + ".real" * 1500, "input": "1"}
+    results = verify.validate("code_o", [deep, HONEST])
+    assert not results[0]["valid"] and "nested deeper" in results[0]["reason"], results[0]["reason"]
+    assert results[1]["valid"] and results[1]["output"] == "2", results[1]
+
+
+def test_an_answer_nested_too_deep_is_one_invalid_answer():
+    problem = validated("code_o", HONEST)
+    graded = verify.grade("code_o", [dict(problem, answer="(1)" + ".real" * 1500),
+                                     dict(problem, answer="(1).real + 1")])
+    assert not graded[0]["correct"] and "nested deeper" in graded[0]["reason"], graded[0]
+    assert graded[1]["correct"], graded[1]
+
+
+def test_programs_as_deep_as_the_limit_allows_still_run():
+    # a chain of 60 additions: ~62 levels, twice the deepest of AZR's seeds
+    problem = validated("code_o", {"program": "def f(x):\n    return x" + " + 1" * 60,
+                                   "input": "1"})
+    assert problem["output"] == "61", problem
+
+
+# ----------------------- class 1: the imports line cannot change what an answer's names mean
+
+# a builtin's name, or a name that shown outputs use, bound by an import the program never even
+# runs: the imports line (every import of the program) is in scope where a code_o answer is read
+# back and before a code_f student's program
+REBINDS = {
+    "frozenset_in_a_helper": ("def h():\n    from collections import Counter as frozenset\n"
+                              "    return 0\n\ndef f(x):\n    return frozenset({x, x + 1})"),
+    "ellipsis": "from math import pi as Ellipsis\n\ndef f(x):\n    return [x, ...]",
+    "sum_for_code_f": ("def helper():\n    from math import prod as sum\n    return 0\n\n"
+                       "def f(xs):\n    return sum(xs) * 2"),
+    "a_module_as_a_builtin": "import math as set\n\ndef f(x):\n    return {x}",
+    "counter_from_elsewhere": "from itertools import chain as Counter\n\ndef f(x):\n    return x",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REBINDS))
+def test_an_import_binding_a_name_that_answers_read_is_refused(name):
+    """Red team round 7 F01-F03: the true output as shown (`frozenset({3, 4})`, `[3, Ellipsis]`)
+    read back as a Counter or pi, and a right code_f answer (`2 * sum(xs)`) run as a product,
+    all graded wrong and not void: a teacher chose its students' failure rate."""
+    program = REBINDS[name]
+    task = "code_f" if "code_f" in name else "code_o"
+    proposal = {"program": program, "input": "3"}
+    if task == "code_f":
+        proposal = {"program": program, "inputs": [repr(list(range(k + 1))) for k in range(10)],
+                    "message": "twice the total"}
+    result = verify.validate(task, [proposal])[0]
+    assert not result["valid"] and "an import binds" in result["reason"], result
+
+
+def test_imports_under_their_own_names_still_run():
+    program = ("from collections import Counter\nimport collections.abc\n"
+               "from fractions import Fraction as Q\n\ndef f(x):\n    return Counter([x, x])")
+    problem = validated("code_o", {"program": program, "input": "3"})
+    graded = verify.grade("code_o", [dict(problem, answer=problem["output"])])
+    assert problem["output"] == "Counter({3: 2})" and graded[0]["correct"], (problem, graded)
+
+
+def test_a_code_f_answer_using_a_builtin_means_the_builtin():
+    program = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return 2 * total"
+    inputs = [repr(list(range(k + 1))) for k in range(10)]
+    problem = validated("code_f", {"program": program, "inputs": inputs,
+                                   "message": "twice the total"})
+    graded = verify.grade("code_f", [dict(problem, answer="def f(xs):\n    return 2 * sum(xs)")])
+    assert graded[0]["correct"], graded
+
+
+# ------------------------------------------------------- class 5: the parent is never stalled
+
+@pytest.mark.parametrize("blanks", [" ", " \t"])
+def test_a_fence_opening_of_blanks_is_parsed_in_linear_time(blanks):
+    """``` followed by 64 K blanks and no newline: the opening's `[ \\t]*[\\w-]*[ \\t]*` tried
+    every split of the run (6-9 s of the parent's CPU a parse, 17-25 s mixed with tabs)."""
+    response = "</think> <answer>```" + blanks * (65536 // len(blanks)) + "x</answer>"
+    start = time.process_time()
+    verify.parse_student("code_f", response)
+    verify.parse_teacher("code_f", response)
+    verify.parse_teacher("code_o", response)
+    assert time.process_time() - start < 1.0
+
+
+def test_fences_with_blanks_around_their_tag_still_parse():
+    response = ("</think> <answer>```python  \ndef f(x):\n    return x\n```\n"
+                "``` \tinput\t \n1\n```</answer>")
+    assert verify.parse_teacher("code_o", response) == {"program": "def f(x):\n    return x",
+                                                         "input": "1"}
+
+
+def test_a_chain_of_derived_enum_classes_is_closed_in_one_pass(monkeypatch):
+    """Red team round 7 S02: class b(a), class c(b), ... on an enum base; the closure took one pass
+    over all classes per link (3,256 classes in a 50,000-char program: 5-8 s of parent CPU).
+    Counted here as base lookups, which were quadratic in the chain's length."""
+    names = [f"c{k}" for k in range(400)]
+    lines, base = ["import enum"], "enum.Enum"
+    for name in names:
+        lines.append(f"class {name}({base}):\n    pass")
+        base = name
+    program = "\n".join(lines) + "\ndef f(x):\n    return x"
+    calls = [0]
+    called = screen._called
+
+    def counting(node):
+        calls[0] += 1
+        return called(node)
+
+    monkeypatch.setattr(screen, "_called", counting)
+    screen.prepare_program(program)
+    assert calls[0] < 3 * len(names), calls[0]
