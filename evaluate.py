@@ -378,10 +378,13 @@ def extract_math(response):
         return _unbox(text)
     if "boxed" in response:
         return _unbox(response)
-    match = re.search(r"\\\[(.*?)\\\]", response, re.S)
-    if match is None:
+    # the first \[ and the first \] after it (what re.search(r"\\\[(.*?)\\\]") finds) in one pass:
+    # the regex tried every later \[ again when none was closed (30,000 of them: 17 s)
+    start = response.find("\\[")
+    end = response.find("\\]", start + 2)
+    if start < 0 or end < 0:
         return ""
-    return match.group(1).strip()
+    return response[start + 2:end].strip()
 
 
 def extract_code(name, response):

@@ -102,6 +102,10 @@ def test_math_extraction_and_azr_normalisation():
     assert ex("no tags, \\boxed{3} then \\boxed{\\text{(C)}}") == "\\text{(C)}"
     assert ex("<answer> 42 </answer>") == "42" and ex("x \\[ 7 \\] y \\[ 8 \\]") == "7"
     assert ex("nothing here") == "" and ex("<answer>\\boxed{3</answer>") == ""
+    # unclosed \[ after unclosed \[: read in one pass (the regex took 17 s on 30,000 of them)
+    start = time.process_time()
+    assert ex("\\[" * 30_000) == "" and ex("\\[ 1 \\[ 2 \\]") == "1 \\[ 2"
+    assert time.process_time() - start < 1.0
     st = G.strip_string
     assert st("\\dfrac{1}{2}") == "\\frac{1}{2}" and st("\\frac12") == "\\frac{1}{2}" and st("3/4") == "\\frac{3}{4}"
     assert st("27.0") == "27" and st("x = 3") == "3" and st("10\\%") == "10" and st("5 \\text{ cm}") == "5"
