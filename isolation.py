@@ -270,9 +270,9 @@ def _time_namespace(via):
 
 def _pid_namespace():
     """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child
-    can signal nothing but itself and us, and init ignores signals it has no handler for (SIGINT is
-    set to be ignored). The process the parent started stays outside, waiting for us, holding no
-    pipe. -> [active, why]."""
+    can signal nothing but itself and us (and kill(0) itself alone: zygote._child makes it a group
+    of its own), and init ignores signals it has no handler for (SIGINT is set to be ignored). The
+    process the parent started stays outside, waiting for us, holding no pipe. -> [active, why]."""
     # CLONE_NEWPID: our next child is the namespace's init
     if _libc.unshare(0x20000000) != 0:
         return [False, f"unshare(CLONE_NEWPID) refused ({os.strerror(ctypes.get_errno())})"]
