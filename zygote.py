@@ -296,9 +296,9 @@ def _child(settings, requests, wfd, limits, uid, token):
         # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program)
         if _signal_filter is not None and _libc.prctl(22, 2, _signal_filter, 0, 0) != 0:
             raise OSError("seccomp filter refused")
-        # set up: a child whose set-up failed retires its zygote (what failed may fail again in
-        # every later child, a limit lowered in the zygote say)
-        _acknowledged[1] = 1
+        # set up (the acknowledgement's second step): a child whose set-up failed retires its zygote
+        # (what failed may fail again in every later child, a limit lowered in the zygote say)
+        _acknowledged[0] = 2
         line = _outcome(job)
     except BaseException as e:
         error = escape("sandbox set-up failed: " + describe(e))
@@ -687,8 +687,8 @@ def _job(settings, requests, workdir, uid, view):
     is limited in the child; here, the wall-clock backstop), kill it, clean up. Reads the child's
     output into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", start and end of the
     line in view, retire), where the line is the one the harness wrote after this job's token, or
-    one of ours, and retire says the clean-up failed or the request pipe may be out of step (no
-    acknowledgement in the shared page)."""
+    one of ours, and retire says the clean-up failed, the request pipe may be out of step (no
+    acknowledgement in the shared page) or the child's set-up failed."""
     timeout = settings["timeout_ms"] / 1000
     cap = min(settings["stdout_cap"], STDOUT_CAP)
     # a child's limit is CPU time (_child); the wall clock only ends one that sleeps or waits
@@ -735,9 +735,9 @@ def _job(settings, requests, workdir, uid, view):
     _, status, usage = _wait4(pid, 0)
     _close(r)
     _chdir("/")
-    # no acknowledgement: the child may have left part of its job in the pipe
-    in_step = _acknowledged[0] == 1
-    set_up = _acknowledged[1] == 1
+    # no acknowledgement: the child may have left part of its job in the pipe; 2: set up too
+    in_step = _acknowledged[0] in (1, 2)
+    set_up = _acknowledged[0] == 2
     _acknowledged[:] = _ZERO_PAGE
     retire = not in_step or not set_up or not _clean(workdir, forked_ns)
     cpu = usage.ru_utime + usage.ru_stime
