@@ -270,9 +270,9 @@ def _time_namespace(via):
 
 def _pid_namespace():
     """Where children keep our uid: move into a new PID namespace as its init (pid 1), so a child
-    can signal nothing but itself and us, and init ignores signals it has no handler for (SIGINT is
-    set to be ignored). The process the parent started stays outside, waiting for us, holding no
-    pipe. -> [active, why]."""
+    can signal nothing but itself and us (and kill(0) itself alone: zygote._child makes it a group
+    of its own), and init ignores signals it has no handler for (SIGINT is set to be ignored). The
+    process the parent started stays outside, waiting for us, holding no pipe. -> [active, why]."""
     # CLONE_NEWPID: our next child is the namespace's init
     if _libc.unshare(0x20000000) != 0:
         return [False, f"unshare(CLONE_NEWPID) refused ({os.strerror(ctypes.get_errno())})"]
@@ -335,7 +335,8 @@ def seccomp_programs():
     load it: 1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where
     unavailable). "zygote": the filter a zygote enters before its first job, so its children inherit
     it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time), an allowlist:
-    ALLOWED_SYSCALLS and a clone with no namespace flag pass; DENIED_SYSCALLS fail with EPERM;
+    ALLOWED_SYSCALLS, a clone with no namespace flag and a prlimit64 on pid 0 pass; DENIED_SYSCALLS
+    and a prlimit64 on any other pid fail with EPERM;
     everything else, including every syscall newer than this list (or than libseccomp), fails with
     ENOSYS, which the C library takes for "not in this kernel" and falls back from where it can
     (clone3 -> clone, faccessat2 -> faccessat, ...). "signals": EPERM for SIGNAL_SYSCALLS, entered
@@ -356,6 +357,11 @@ def seccomp_programs():
         _add_rules(pyseccomp, zygote, pyseccomp.ERRNO(1), DENIED_SYSCALLS)
         no_namespace = pyseccomp.Arg(0, pyseccomp.MASKED_EQ, sum(NAMESPACE_FLAGS), 0)
         zygote.add_rule(pyseccomp.ALLOW, "clone", no_namespace)
+        # resource limits of the caller only (pid 0: the C library's getrlimit and setrlimit): a
+        # child that keeps the zygote's uid could lower the zygote's hard limits, which every
+        # later child inherits (red team round 7, L01)
+        zygote.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0))
+        zygote.add_rule(pyseccomp.ERRNO(1), "prlimit64", pyseccomp.Arg(0, pyseccomp.NE, 0))
         signals = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         _add_rules(pyseccomp, signals, pyseccomp.ERRNO(1), SIGNAL_SYSCALLS)
         for key, rules in (("zygote", zygote), ("signals", signals)):
@@ -420,7 +426,9 @@ ALLOWED_SYSCALLS = (
     "getgroups getresuid getresgid getpgrp getpgid getsid setuid capget capset prctl arch_prctl "
     "set_tid_address set_robust_list get_robust_list rseq futex sched_yield sched_getaffinity "
     "sched_getparam sched_getscheduler sched_get_priority_max sched_get_priority_min getcpu "
-    "getpriority uname sysinfo getrandom prlimit64 getrlimit setrlimit")
+    "getpriority uname sysinfo getrandom getrlimit setrlimit "
+    # a child's own process group and session, before any user code (zygote._child)
+    "setsid")
 
 
 # ... and of the rest, those that fail with EPERM (a clear "not permitted"), not ENOSYS
@@ -434,7 +442,7 @@ DENIED_SYSCALLS = ("unshare setns mount umount2 pivot_root chroot fsopen fsmount
                    "fsetxattr removexattr lremovexattr fremovexattr socket socketpair "
                    "shmget shmat shmdt shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop "
                    "semctl mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr "
-                   "ipc execve execveat pidfd_open pidfd_getfd pidfd_send_signal setsid setpgid")
+                   "ipc execve execveat pidfd_open pidfd_getfd pidfd_send_signal setpgid")
 
 
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET

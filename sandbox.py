@@ -44,16 +44,16 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
      back wherever they live), network (no interface up), IPC (private SysV) and time namespaces
      (the children's monotonic and boot clocks a random offset ahead, per zygote). Without root:
      the same in a user namespace mapping only our uid, plus a PID namespace whose init is the
-     zygote (children can signal only themselves and it; pids random per job). Root without
-     CAP_SYS_ADMIN gets none of them.
+     zygote (children can signal only themselves and it, each a process group and session of its
+     own; pids random per job). Root without CAP_SYS_ADMIN gets none of them.
   6. Landlock (pinned `landlock` binding, Linux >= 5.13, no root needed): the zygote and so its
      children may read only the interpreter's folders and shared libraries, and write only the jobs'
      folder (and the private tmpfs).
   7. seccomp (BPF compiled in the parent by the pinned `pyseccomp`, entered by each zygote,
-     inherited): an allowlist (isolation.ALLOWED_SYSCALLS); everything else fails (EPERM for the
-     known-dangerous, ENOSYS for the rest, new syscalls included); where children keep our uid and
-     no PID namespace hides other processes, or stay root, each child adds a filter denying signals
-     and fork.
+     inherited): an allowlist (isolation.ALLOWED_SYSCALLS; prlimit64 on pid 0 only: a child sets
+     its own limits alone); everything else fails (EPERM for the known-dangerous, ENOSYS for the
+     rest, new syscalls included); where children keep our uid and no PID namespace hides other
+     processes, or stay root, each child adds a filter denying signals and fork.
 Not covered: host CPU/memory are shared (per-child limits only); world-readable files under the
 interpreter's folders stay readable; the wall clock cannot be offset (the screen and the audit hook
 keep it out of reach); without Landlock and a mount namespace, children can read and delete what
@@ -170,7 +170,7 @@ def _stop(worker):
     import shutil
     import tempfile
     try:
-        # the zygote and its children (they stay in its group)
+        # the zygote (its children, in groups of their own, get SIGKILL when it dies)
         os.killpg(worker["proc"].pid, signal.SIGKILL)
     except OSError:
         pass
@@ -499,8 +499,7 @@ def layers():
 
 def zygotes():
     """The pool's zygotes, as started (starts none; empty before the first run):
-    [{"pid": the process the parent started, whose group holds the zygote and its children,
-    "family"}]."""
+    [{"pid": the process the parent started, whose group holds the zygote, "family"}]."""
     out = []
     for w in _pool["workers"]:
         out.append({"pid": w["proc"].pid, "family": w["family"], "kind": w["kind"]})

@@ -25,9 +25,9 @@ import time
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
-                kill as _kill_pid, mkdir as _mkdir, pipe as _pipe, read as _read, readv as _readv,
-                rmdir as _rmdir, setuid as _setuid, unlink as _unlink, wait4 as _wait4,
-                write as _write)
+                getppid as _getppid, kill as _kill_pid, mkdir as _mkdir, pipe as _pipe,
+                read as _read, readv as _readv, rmdir as _rmdir, setsid as _setsid,
+                setuid as _setuid, unlink as _unlink, wait4 as _wait4, write as _write)
 from signal import ITIMER_PROF, setitimer as _setitimer
 
 # the walls (set-up only) and the value encoding both sides use; the zygote drops both from
@@ -260,6 +260,10 @@ def _child(settings, requests, wfd, limits, uid, token):
     this module's own bindings (layer 3 sets os.<name> = None for user code); user code starts after
     every limit."""
     try:
+        # a process group and a session of its own: kill(0) reaches this child alone, not its
+        # zygote's group (which holds, for a normal user, the process the pool started outside the
+        # PID namespace: red team round 7, E05)
+        _setsid()
         # layer 4: SIGPROF (not caught: it ends the child) once it has used its time in CPU, by
         # itself, whatever the load of the host (RLIMIT_CPU and the zygote's wall clock back it)
         _setitimer(ITIMER_PROF, max(settings["timeout_ms"], 1) / 1000)
@@ -273,6 +277,10 @@ def _child(settings, requests, wfd, limits, uid, token):
         # cannot raise its limits, override file modes or trace its zygote
         elif _capset(_caps[0], _caps[1]) != 0:
             raise OSError("capset refused")
+        # out of the group the pool kills with its zygote: SIGKILL when the zygote dies
+        # (PR_SET_PDEATHSIG, set after the uid drop, which clears it), or now if it died already
+        if _libc.prctl(1, 9, 0, 0, 0) != 0 or _getppid() != _zygote_pid:
+            raise OSError("no parent-death signal")
         payload = _take(requests, settings["length"])
         _closerange(3, wfd)
         _closerange(wfd + 1, 1 << 16)
@@ -288,6 +296,9 @@ def _child(settings, requests, wfd, limits, uid, token):
         # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, program)
         if _signal_filter is not None and _libc.prctl(22, 2, _signal_filter, 0, 0) != 0:
             raise OSError("seccomp filter refused")
+        # set up (the acknowledgement's second step): a child whose set-up failed retires its zygote
+        # (what failed may fail again in every later child, a limit lowered in the zygote say)
+        _acknowledged[0] = 2
         line = _outcome(job)
     except BaseException as e:
         error = escape("sandbox set-up failed: " + describe(e))
@@ -317,6 +328,8 @@ _ZERO_PAGE = bytes(mmap.PAGESIZE)
 # dlopen after fork), /dev/null's fd, capset's arguments, the Landlock ruleset and the per-child
 # seccomp filter
 _libc = _pyfork = _null = _capset = _caps = None
+# the zygote's pid (1 in its PID namespace), a child's parent
+_zygote_pid = None
 # a model zygote ends children that use no CPU (IDLE_S)
 _idle = False
 _landlock = _signal_filter = None
@@ -349,7 +362,7 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     """A zygote's life (sandbox.py run as a script, see the end of this file): lock itself down
     layer by layer, measuring each, send the parent that report (its "hello"), then fork a child per
     job until EOF. `programs`: seccomp_programs() of the parent."""
-    global _landlock
+    global _landlock, _zygote_pid
     programs = {"zygote": "", "signals": "", "why": "no BPF given", **programs}
     # set by the parent so children never resolve symbols (GOT writes); not for user code to see
     os.environ.pop("LD_BIND_NOW", None)
@@ -362,6 +375,8 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     except ImportError as e:
         landlock = e
     layers = isolation.namespaces(repo, homes)
+    # after the PID namespace, if any: the children's parent
+    _zygote_pid = os.getpid()
     uid = _uid_drop(layers, uid_base + number % 100_000)
     # inherited by every child
     for limit, value in ((resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
@@ -672,8 +687,8 @@ def _job(settings, requests, workdir, uid, view):
     is limited in the child; here, the wall-clock backstop), kill it, clean up. Reads the child's
     output into `view` -> (header b"<pid>\t<retire>\t<cpu s>\t<wall s>\t", start and end of the
     line in view, retire), where the line is the one the harness wrote after this job's token, or
-    one of ours, and retire says the clean-up failed or the request pipe may be out of step (no
-    acknowledgement in the shared page)."""
+    one of ours, and retire says the clean-up failed, the request pipe may be out of step (no
+    acknowledgement in the shared page) or the child's set-up failed."""
     timeout = settings["timeout_ms"] / 1000
     cap = min(settings["stdout_cap"], STDOUT_CAP)
     # a child's limit is CPU time (_child); the wall clock only ends one that sleeps or waits
@@ -720,10 +735,11 @@ def _job(settings, requests, workdir, uid, view):
     _, status, usage = _wait4(pid, 0)
     _close(r)
     _chdir("/")
-    # no acknowledgement: the child may have left part of its job in the pipe
-    in_step = _acknowledged[0] == 1
+    # no acknowledgement: the child may have left part of its job in the pipe; 2: set up too
+    in_step = _acknowledged[0] in (1, 2)
+    set_up = _acknowledged[0] == 2
     _acknowledged[:] = _ZERO_PAGE
-    retire = not in_step or not _clean(workdir, forked_ns)
+    retire = not in_step or not set_up or not _clean(workdir, forked_ns)
     cpu = usage.ru_utime + usage.ru_stime
     header = b"%d\t%d\t%.6f\t%.6f\t" % (pid, retire, cpu, wall)
     one_line = size and view[size - 1] == 10 and view.obj.find(b"\n", 0, size) == size - 1

@@ -75,6 +75,27 @@ def leftovers():
     return out
 
 
+# red team round 7: a child lowers pid 1's hard memory limit (its zygote where a PID namespace
+# makes it init: L01), then signals its process group (E05); what later jobs on that zygote see
+PRLIMIT = "import resource\nresource.prlimit(1, resource.RLIMIT_AS, (1000 << 20, 1000 << 20))"
+HONEST = "x = bytearray(400 << 20)\nprint('OK')"
+KILL = ("import ctypes, signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print(ctypes.CDLL(None).kill(0, signal.SIGTERM))")
+
+
+def reach():
+    """On one zygote: PRLIMIT then 4 honest jobs; KILL then a job pinned to its zygote -> [the
+    PRLIMIT error, how many honest jobs printed OK, what the pinned job printed or its error]."""
+    sandbox.WORKERS_PER_FAMILY = 1
+    sandbox.shutdown()
+    jobs = [{"code": code, "family": 0} for code in [PRLIMIT] + [HONEST] * 4 + [KILL]]
+    res = sandbox.run(jobs)
+    pinned = sandbox.run([{"code": "print('alive')", "zygote": res[-1]["zygote"]}])[0]
+    sandbox.shutdown()
+    ok = sum(r["stdout"] == "OK\n" for r in res[1:5])
+    return [res[0]["error"], ok, pinned["stdout"].strip() or pinned["error"]]
+
+
 def main():
     args = sys.argv[1:]
     public = args[args.index("--public") + 1]
@@ -103,6 +124,7 @@ def main():
                              {"code": "import os\nprint(os.getuid())"},
                              {"code": CAPS}])
     state = leftovers()
+    reached = reach()
     # issue 22, class 3: a validity check's two runs see different pids (a PID namespace per
     # zygote counts from its own random start each job)
     pids = [r["stdout"] for r in sandbox.run([{"code": "import os\nprint(os.getpid())",
@@ -114,7 +136,7 @@ def main():
                       "etc_readable": checks[0]["ok"], "net_error": checks[1]["error"],
                       "child_uid": checks[2]["stdout"].strip(),
                       "child_caps": checks[3]["stdout"].strip() or checks[3]["error"],
-                      "state": state, "pids": pids}))
+                      "state": state, "pids": pids, "reach": reached}))
 
 
 if __name__ == "__main__":

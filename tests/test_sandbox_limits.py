@@ -1,8 +1,11 @@
 """Issue 22, the red team's second round against the sandbox's limits: a result line only the
 harness can write (their cause 2), a time limit in CPU seconds (cause 6), the parent's code cache
-bounded in characters (cause 9), and a retiring zygote that does not stall the batch (A12)."""
+bounded in characters (cause 9), and a retiring zygote that does not stall the batch (A12); round
+7's L01 and E05: a child changes no other process's limits and signals no other process."""
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -11,7 +14,7 @@ import sandbox
 import screen
 import verify
 import zygote
-from test_sandbox_hostile import FORGE
+from test_sandbox_hostile import FORGE, find_sleeping_child
 
 
 @pytest.fixture
@@ -173,3 +176,98 @@ def test_no_model_program_waits_out_the_wall_clock():
     assert results[2]["valid"] and results[2]["output"] == "[1, 2, True]", results[2]
     # the waiter's 5 s of CPU, not the 21 s backstop
     assert took < 5.0 * 4 + 1, took
+
+
+# ------------------------------------------------------- a child reaches no other process
+
+# benchmark code (verify.execute) tries to lower the hard RLIMIT_AS of pid 1 (the zygote, where a
+# PID namespace makes it init), of its parent and of itself by pid, then lowers its own through
+# setrlimit and reads it back through getrlimit and prlimit(0) (the C library's prlimit64(0, ...))
+PRLIMIT = ("import os, resource\nout = []\n"
+           "for pid in (1, os.getppid(), os.getpid()):\n"
+           "    try:\n"
+           "        resource.prlimit(pid, resource.RLIMIT_AS, (1000 << 20, 1000 << 20))\n"
+           "        out.append('set')\n"
+           "    except OSError as e:\n"
+           "        out.append(e.errno)\n"
+           "resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))\n"
+           "print(out, resource.getrlimit(resource.RLIMIT_AS)[1] >> 20,\n"
+           "      resource.prlimit(0, resource.RLIMIT_AS)[0] >> 20)")
+
+
+def test_a_child_changes_no_other_process_s_limits():
+    """prlimit64 on any pid but 0 (the caller) fails with EPERM, the child's own pid included: a
+    child that keeps its zygote's uid (a normal user's trainer) lowered its zygote's hard RLIMIT_AS
+    through pid 1, and every later child of that zygote failed its set-up (red team round 7 L01).
+    As root the kernel refuses another uid's process anyway; the own-pid call shows the filter.
+    getrlimit and setrlimit still work; the zygote's later children run jobs of 1 GiB."""
+    if not sandbox.layers()["seccomp"]:
+        pytest.skip(f"seccomp is off here: {sandbox.layers()['why']['seccomp']}")
+    first = sandbox.run([{"code": PRLIMIT}])[0]
+    assert first["stdout"] == "[1, 1, 1] 900 900\n", first
+    honest = {"code": "x = bytearray(400 << 20)\nprint('OK')", "zygote": first["zygote"]}
+    assert [r["stdout"] for r in sandbox.run([honest] * 4)] == ["OK\n"] * 4
+
+
+# kill(0) (its process group) and kill(-1) (every process it may signal), SIGTERM ignored first
+SIGNALS = ("import ctypes, os, signal\nlibc = ctypes.CDLL(None)\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "group, every = libc.kill(0, signal.SIGTERM), libc.kill(-1, signal.SIGTERM)\n"
+           "print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid(), group)")
+
+
+def test_a_zygote_whose_child_cannot_set_up_retires():
+    """Behind the filter: a zygote whose child's set-up fails retires, since what failed may fail
+    in every later child (L01 lowered the zygote's hard RLIMIT_AS: every later child failed its
+    set-up, a job error, so the zygote was kept). The set-up failure made here is a memory limit no
+    rlimit can hold (2^63 bytes); a job pinned to that zygote then finds it gone."""
+    failed = sandbox.run([{"code": "print(1)", "memory_mb": 1 << 43}])[0]
+    assert failed["error"].startswith("sandbox set-up failed"), failed
+    after = sandbox.run([{"code": "print(2)", "zygote": failed["zygote"]}, {"code": "print(3)"}])
+    assert [r["error"] for r in after] == ["its zygote is gone", ""], after
+
+
+def test_a_child_signals_no_other_process():
+    """Each child is a process group and a session of its own before any user code runs, so
+    kill(0) reaches itself alone: a normal user's child ended the process the pool started for its
+    zygote (outside the child's PID namespace, in the zygote's process group), and the pool
+    replaced the zygote (red team round 7 E05). After kill(0) and kill(-1) (which reaches no
+    process of another uid, and none outside a PID namespace) the zygote answers a job pinned to
+    it, and the pool replaced none."""
+    first = sandbox.run([{"code": SIGNALS}])[0]
+    assert first["stdout"] == "True True 0\n", first
+    before = {z["pid"] for z in sandbox.zygotes()}
+    again = sandbox.run([{"code": "print('alive')", "zygote": first["zygote"]}])[0]
+    assert again["stdout"] == "alive\n", again
+    assert {z["pid"] for z in sandbox.zygotes()} == before
+
+
+def test_a_child_does_not_outlive_its_zygote():
+    """A child of its own process group is out of the reach of the pool's kill of its zygote's
+    group: it gets SIGKILL when its zygote dies (the parent-death signal, set after its uid drop),
+    so a sleeping child does not live on."""
+    sandbox.run([{"code": "print(1)"}])
+    children = []
+
+    def kill():
+        children.append(find_sleeping_child(os.getpid()))
+        for z in sandbox.zygotes():
+            os.killpg(z["pid"], 9)
+    threading.Timer(1.0, kill).start()
+    result = sandbox.run([{"code": "import time\ntime.sleep(20)", "timeout": 30}])[0]
+    assert result["error"] == "worker died", result
+    assert children[0], "the sleeping child was not found"
+    for _ in range(100):
+        if not alive(children[0]):
+            break
+        time.sleep(0.05)
+    assert not alive(children[0])
+
+
+def alive(pid):
+    """Is process `pid` there and not a zombie?"""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "State:\tZ" not in fh.read()
+    except OSError:
+        return False

@@ -137,6 +137,10 @@ def test_no_route_reads_or_changes_a_users_file(mode, tree):
     # folder renamed) reaches the next job on its zygote, which runs
     assert report["state"] == ["honest", "0", "honest"], report
     assert len(set(report["pids"])) == 4, report
+    # red team round 7: a child's prlimit on pid 1 is refused and its zygote's later children run
+    # (L01); its kill(0) reaches itself alone and its zygote answers a pinned job (E05)
+    assert report["reach"] == ["PermissionError: [Errno 1] Operation not permitted", 4,
+                               "alive"], report
     # no capability in a child, in any mode (a user namespace's included)
     assert report["child_caps"] == "0", report
     # Landlock: nothing readable outside the interpreter's folders
