@@ -237,8 +237,12 @@ def _pack(job, cache):
     body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
     data = marshal.dumps(body)
     timeout_ms = int(float(job.get("timeout", 5.0)) * 1000)
-    numbers = (len(data), timeout_ms, int(job.get("memory_mb") or MEMORY_MB),
-               int(job.get("stdout_cap", STDOUT_CAP)))
+    # a model program's stdout is never read: no room for it in its result line, which so stays
+    # within the values' budget (1 MiB) for the parent to parse
+    stdout_cap = int(job.get("stdout_cap", STDOUT_CAP))
+    if job.get("audit"):
+        stdout_cap = 0
+    numbers = (len(data), timeout_ms, int(job.get("memory_mb") or MEMORY_MB), stdout_cap)
     return b"".join(n.to_bytes(8, "little") for n in numbers) + data
 
 

@@ -112,13 +112,15 @@ def _evaluate(job, exec_=exec, eval_=eval):
         _watch(job)
     ns = {"__name__": "__main__"}
     exec_(job["code"], ns)
-    values = []
+    # one size budget for all the job's values: ten inputs of a code_f problem, each a list just
+    # under a value's cap, made lines of 6.5 MB the parent parsed whole (red team round 8, S02)
+    values, budget = [], [MAX_UNITS]
     for call in job.get("calls", ()):
-        values.append(_encoded(eval_(call, ns)))
+        values.append(_encoded(eval_(call, ns), budget))
     if arguments:
         f = ns["f"]
         for args, kwargs in arguments:
-            values.append(_encoded(f(*args, **kwargs)))
+            values.append(_encoded(f(*args, **kwargs), budget))
     return values
 
 
@@ -193,10 +195,11 @@ def _audit_hook():
     return hook
 
 
-def _encoded(value):
-    """A value -> the JSON text of its canonical encoding (ValueError if it is not plain data)."""
+def _encoded(value, budget):
+    """A value -> the JSON text of its canonical encoding (ValueError if it is not plain data or
+    larger than what is left of `budget`, [units], which it spends)."""
     parts = []
-    encode(value, parts, [MAX_UNITS])
+    encode(value, parts, budget)
     return "".join(parts)
 
 
@@ -765,7 +768,15 @@ def _limits(memory_mb, timeout, uid):
     # without a uid drop, each child sets NPROC = 0
     if not uid:
         limits.append((resource.RLIMIT_NPROC, (0, 0)))
-    return limits
+    # a host's own limit below ours (`ulimit -v` on a cluster node) is kept: a child cannot raise a
+    # hard limit, and asking to failed every job's set-up (red team round 8, E01)
+    kept = []
+    for which, (soft, hard) in limits:
+        host = resource.getrlimit(which)[1]
+        if host != resource.RLIM_INFINITY:
+            soft, hard = min(soft, host), min(hard, host)
+        kept.append((which, (soft, hard)))
+    return kept
 
 
 def _read_line(fd, view, limit, deadline, pid):

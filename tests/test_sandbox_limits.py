@@ -14,6 +14,7 @@ import sandbox
 import screen
 import verify
 import zygote
+from conftest import ROOT
 from test_sandbox_hostile import FORGE, find_sleeping_child
 
 
@@ -271,3 +272,19 @@ def alive(pid):
             return "State:\tZ" not in fh.read()
     except OSError:
         return False
+
+
+def test_a_host_memory_limit_below_the_childs_is_kept():
+    """Red team round 8 E01: under a host's hard address-space limit below a child's 1 GiB (`ulimit
+    -v` on a cluster node), each child asked to raise it, failed its set-up, and every job came
+    back "worker died" while the sandbox reported itself healthy. Now a child keeps the lower
+    limit."""
+    code = ("import verify\nprint(verify.validate('code_o', [{'program': 'def f(x):\\n"
+            "    return x + 1', 'input': '1'}])[0]['reason'])")
+
+    def host_limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (900 << 20, 900 << 20))
+    out = subprocess.run([sys.executable, "-c", code], preexec_fn=host_limit, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "valid", (out.stdout, out.stderr[-2000:])

@@ -134,3 +134,21 @@ def test_a_chain_of_derived_enum_classes_is_closed_in_one_pass(monkeypatch):
     monkeypatch.setattr(screen, "_called", counting)
     screen.prepare_program(program)
     assert calls[0] < 3 * len(names), calls[0]
+
+
+# ------------------------------ round 8: one run's values share one budget; no stdout carried
+
+def test_a_code_f_proposal_of_huge_inputs_costs_the_parent_little():
+    """Red team round 8 S02: ten inputs of 200 characters, each a list of 50,000 items (just under
+    a value's cap): four result lines of ~6.5 MB parsed whole and twenty argument lists decoded
+    before the output was found too long, ~4 s of the parent's CPU for one proposal. The values of
+    one run now share one budget, and a model program's stdout takes no room in its line."""
+    big = {"program": "def f(xs, k):\n    return xs[:len(xs) - k]",
+           "inputs": [f"[{k}] * 50000, {k}" for k in range(10)], "message": "drops k items"}
+    verify.validate("code_o", [HONEST])
+    start = time.process_time()
+    result = verify.validate("code_f", [big])[0]
+    assert time.process_time() - start < 1.0
+    assert not result["valid"] and "too large" in result["reason"], result
+    small = dict(big, inputs=[f"[{k}] * 5, {k}" for k in range(10)])
+    assert verify.validate("code_f", [small])[0]["valid"]
