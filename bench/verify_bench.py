@@ -5,7 +5,9 @@
 validations_per_s: verify.validate on all 256 seeds (each validation = two isolated runs in two
 separately started interpreters), median over --repeats batches with a warm pool. grades_per_s:
 verify.grade of the recorded outputs as code_o answers plus the inputs as code_i answers (one run
-each), median. naive_runs_per_s: the same programs run the naive way, a fresh `python -c` process
+each), median; --attempts N grades N copies of every answer in one batch, as training grades a
+problem's N attempts together (grading checks each problem against itself once per batch, so the
+rate per attempt depends on N). naive_runs_per_s: the same programs run the naive way, a fresh `python -c` process
 per run, on the first --naive seeds, measured in the same run. ratio_vs_naive = validations_per_s /
 naive_runs_per_s. tally (verify.seed_tally): how each seed's recorded output is explained
 (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic / recorded '' /
@@ -53,6 +55,7 @@ def pool_cpu_s():
 def main():
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--attempts", type=int, default=1, help="attempts per problem when grading")
     parser.add_argument("--naive", type=int, default=48,
                         help="seeds run the naive way (a process per run)")
     parser.add_argument("--data_dir", default=os.path.join(ROOT, "data"),
@@ -77,14 +80,14 @@ def main():
 
     ok = [(p, r) for p, r in zip(proposals, results) if r["valid"]]
     problems = [dict(p, output=r["output"], gold=r["gold"]) for p, r in ok]
-    attempts = {"code_o": [dict(p, answer=p["output"]) for p in problems],
-                "code_i": [dict(p, answer=p["input"]) for p in problems]}
+    attempts = {"code_o": [dict(p, answer=p["output"]) for p in problems] * args.attempts,
+                "code_i": [dict(p, answer=p["input"]) for p in problems] * args.attempts}
     grade_rates, correct = [], 0
     for _ in range(args.repeats):
         start, correct = time.perf_counter(), 0
         for task, items in attempts.items():
             correct += sum(g["correct"] for g in verify.grade(task, items))
-        grade_rates.append(2 * len(ok) / (time.perf_counter() - start))
+        grade_rates.append(2 * len(ok) * args.attempts / (time.perf_counter() - start))
 
     naive = proposals[:args.naive]
     start = time.perf_counter()
@@ -106,7 +109,8 @@ def main():
         "seeds": len(rows),
         "tally": tally,
         "unexplained": odd[:3],
-        "gold_answers_correct": f"{correct}/{2 * len(ok)}",
+        "attempts_per_problem": args.attempts,
+        "gold_answers_correct": f"{correct}/{2 * len(ok) * args.attempts}",
         "validation_rates": [round(r, 1) for r in rates],
         "workers": len(layers["workers"]),
         "layers": {k: v for k, v in layers.items() if isinstance(v, bool)},
