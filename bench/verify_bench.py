@@ -7,11 +7,11 @@ separately started interpreters), median over --repeats batches with a warm pool
 verify.grade of the recorded outputs as code_o answers plus the inputs as code_i answers (one run
 each), median; --attempts N grades N copies of every answer in one batch, as training grades a
 problem's N attempts together (grading checks each problem against itself once per batch, so the
-rate per attempt depends on N). naive_runs_per_s: the same programs run the naive way, a fresh `python -c` process
-per run, on the first --naive seeds, measured in the same run. ratio_vs_naive = validations_per_s /
-naive_runs_per_s. tally (verify.seed_tally): how each seed's recorded output is explained
-(reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic / recorded '' /
-unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their
+rate per attempt depends on N). naive_runs_per_s: the same programs run the naive way, a fresh
+`python -c` process per run, on the first --naive seeds, measured in the same run. ratio_vs_naive =
+validations_per_s / naive_runs_per_s. tally (verify.seed_tally): how each seed's recorded output
+is explained (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic /
+recorded '' / unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their
 children, so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else
 uses would do. Falls back to tests/fixtures/verify_problems.jsonl without the fetched seeds (data/).
 """

@@ -85,7 +85,8 @@ def test_imports_under_their_own_names_still_run():
 
 
 def test_a_code_f_answer_using_a_builtin_means_the_builtin():
-    program = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return 2 * total"
+    program = ("def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n"
+               "    return 2 * total")
     inputs = [repr(list(range(k + 1))) for k in range(10)]
     problem = validated("code_f", {"program": program, "inputs": inputs,
                                    "message": "twice the total"})
