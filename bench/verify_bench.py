@@ -11,9 +11,9 @@ rate per attempt depends on N). naive_runs_per_s: the same programs run the naiv
 `python -c` process per run, on the first --naive seeds, measured in the same run. ratio_vs_naive =
 validations_per_s / naive_runs_per_s. tally (verify.seed_tally): how each seed's recorded output
 is explained (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic /
-recorded '' / unexplained, which should be 0). cpu_ms_per_validation counts this process, the zygotes and their
-children, so idle_estimate_validations_per_s = cores * 1000 / it says what a machine nobody else
-uses would do. Falls back to tests/fixtures/verify_problems.jsonl without the fetched seeds (data/).
+recorded '' / unexplained, which should be 0). cpu_ms_per_validation counts this process, the
+zygotes and their children, so idle_estimate_validations_per_s = cores * 1000 / it says what a
+machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without the fetched seeds (data/).
 """
 import argparse
 import json
