@@ -13,7 +13,8 @@ validations_per_s / naive_runs_per_s. tally (verify.seed_tally): how each seed's
 is explained (reproduced / AZR truncated it / hash-order dependent, rejected as non-deterministic /
 recorded '' / unexplained, which should be 0). cpu_ms_per_validation counts this process, the
 zygotes and their children, so idle_estimate_validations_per_s = cores * 1000 / it says what a
-machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without the fetched seeds (data/).
+machine nobody else uses would do. Falls back to tests/fixtures/verify_problems.jsonl without the
+fetched seeds (data/).
 """
 import argparse
 import json
