@@ -59,6 +59,7 @@ import json
 import math
 import re
 import sys
+import unicodedata
 
 from collections import Counter, OrderedDict, defaultdict, deque
 from decimal import Decimal
@@ -231,7 +232,7 @@ def _proposal(task, p):
         inputs = [p["input"]]
     # what reaches a prompt must be text a tokenizer can encode
     for text in [p["program"], p.get("message", "")] + inputs:
-        _utf8(text)
+        _prompt_text(text)
     program, imports, modules = screen.prepare(p["program"])
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
@@ -246,12 +247,17 @@ def _proposal(task, p):
     return entry
 
 
-def _utf8(text):
-    """Raise Invalid unless `text` is valid UTF-8 text (a lone surrogate is not)."""
+def _prompt_text(text):
+    """Raise Invalid unless `text` reaches a prompt as it is: valid UTF-8 (a lone surrogate is not,
+    and the tokenizer raises on it) in NFC (Qwen2's tokenizer normalises to NFC, so `'e\u0301'`
+    would reach the student as the one character `'é'`, one shorter than f counts: red team round 9,
+    P02)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise Invalid("not valid UTF-8 text (a lone surrogate)") from None
+    if not unicodedata.is_normalized("NFC", text):
+        raise Invalid("text not in Unicode NFC (a tokenizer that normalises would change it)")
 
 
 def _call_f(entries, families, timeout):
@@ -686,7 +692,7 @@ def shown_output(encoding, modules):
     text = repr(value)
     if len(text) > MAX_REPR:
         raise Invalid(f"output repr longer than {MAX_REPR} chars")
-    _utf8(text)
+    _prompt_text(text)
     return text
 
 

@@ -153,3 +153,26 @@ def test_a_code_f_proposal_of_huge_inputs_costs_the_parent_little():
     assert not result["valid"] and "too large" in result["reason"], result
     small = dict(big, inputs=[f"[{k}] * 5, {k}" for k in range(10)])
     assert verify.validate("code_f", [small])[0]["valid"]
+
+
+# ------------------------- round 9: what a prompt shows is the text that was verified (NFC)
+
+@pytest.mark.parametrize("program, text", [
+    ("def f(s):\n    return len(s)", "'e\u0301te\u0301'"),            # the input
+    ("def f(s):\n    return s + 'e\u0301'", "'a'"),                     # the output's repr
+    ("def f(s):\n    # caf\u00e9 or cafe\u0301?\n    return s", "'a'"),  # the program
+])
+def test_text_a_normalising_tokenizer_would_change_is_refused(program, text):
+    """Red team round 9 P02: Qwen2's tokenizer normalises to NFC, so an input holding 'e' and a
+    combining accent reached the student as the one character 'é': `len` counted 5 where the student
+    saw 3, graded wrong and not void. Text outside NFC is refused at validation."""
+    result = verify.validate("code_o", [{"program": program, "input": text}])[0]
+    assert not result["valid"] and "NFC" in result["reason"], result
+
+
+def test_composed_and_escaped_text_still_runs():
+    composed = validated("code_o", {"program": "def f(s):\n    return len(s)",
+                                    "input": "'\u00e9t\u00e9'"})
+    escaped = validated("code_o", {"program": "def f(s):\n    return len(s)",
+                                   "input": "'e\\u0301'"})
+    assert (composed["output"], escaped["output"]) == ("3", "2"), (composed, escaped)
