@@ -238,13 +238,32 @@ def _proposal(task, p):
     if pasted:
         raise Invalid("the input appears verbatim in the program")
     entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules,
-             "input": inputs[0].strip()}
+             "input": inputs[0].strip(), "natural": []}
     for k, x in enumerate(inputs):
         encoding, pack = screen.arguments(x)
         entry["args"].append(encoding)
         if pack is not None:
             entry["packs"].append((k, pack))
+    # f gets plain data, rebuilt: what Python passes it that plain data cannot carry (two names for
+    # one list, a set's order, a defaultdict's factory, what an input's own call of f changed)
+    # would make the shown output differ from the one a student derives from the input's text. So
+    # an input that is not a literal, or holds a set, is also run as written, `f(<input>)` in a
+    # child of its own, which must agree (red team round 9, A01-A03)
+    if entry["packs"] or any(_holds_a_set(encoding) for encoding in entry["args"]):
+        entry["natural"] = [screen.compiled(f"f(\n{x}\n)", "eval") for x in inputs]
     return entry
+
+
+def _holds_a_set(encoding):
+    """Does an encoding hold a set or frozenset anywhere?"""
+    todo = [encoding]
+    while todo:
+        node = todo.pop()
+        if type(node) is list and len(node) == 2 and type(node[1]) is list:
+            if node[0] in ("set", "frozenset"):
+                return True
+            todo += node[1]
+    return False
 
 
 def _prompt_text(text):
@@ -433,7 +452,17 @@ def validate(task, proposals, timeout=5.0):
             except Invalid as e:
                 results[i]["reason"] = str(e)
         runs = _call_f(entries, (0, 1), timeout)
+        natural = [e for e in entries if e["natural"]]
+        as_written = sandbox.run([{"code": screen.compiled(e["code"]), "calls": e["natural"],
+                                   "family": None, "timeout": timeout, "audit": True}
+                                  for e in natural])
+        as_written = dict(zip(map(id, natural), as_written))
     for i, entry, (a, b) in zip(owners, entries, runs):
+        written = as_written.get(id(entry))
+        if written is not None and a["ok"] and b["ok"] and written["values"] != a["values"]:
+            results[i]["reason"] = ("the input does not reach f as Python would pass it (f on it "
+                                    "as written: " + (written["error"] or "another value") + ")")
+            continue
         try:
             results[i].update(_validity(task, a, b, entry))
         # what a child sent does not parse: this item fails, alone
@@ -609,8 +638,10 @@ def grade(task, attempts, timeout=5.0):
         runs = _call_f([e for _, e, _, _, _ in entries] + work, (None,), timeout)
         done += [(i, run[0], c, g, key) for (i, _, c, g, key), run in zip(entries, runs)]
         check_runs = runs[len(entries):]
+        written = {}
         if task == "code_i":
             owners, check_runs = _code_i_checks(checks, done, timeout)
+            written = _as_written(attempts, entries, timeout)
     void = set()
     for key, runs_of in zip(owners, check_runs):
         _, compared, gold = checks[key]
@@ -625,12 +656,33 @@ def grade(task, attempts, timeout=5.0):
         results[i]["reason"] = "wrong answer"
         if correct:
             results[i]["reason"] = "correct"
+        if correct and i in written and not _matches(written[i], compared, gold):
+            results[i].update(correct=False, reason="wrong answer: f on the input as written gives "
+                                                    "another value (as plain data it gave the gold)")
     for i, a in enumerate(attempts):
         if results[i]["reason"].startswith("bad request") or _problem_key(a) not in void:
             continue
         results[i].update(correct=False, void=True,
                           reason="void: the problem's own answer is not graded correct here")
     return results
+
+
+def _as_written(attempts, entries, timeout):
+    """code_i answers that are not literals or hold a set (see _proposal), each run as written,
+    `f(<answer>)` in a child of its own -> {attempt number: run}: such an answer is correct only if
+    f on it as Python passes it gives the gold too (`[[0]] * 2` is two names for one list)."""
+    owners, jobs = [], []
+    for i, e, _, _, _ in entries:
+        if not e["packs"] and not any(_holds_a_set(x) for x in e["args"] if x is not None):
+            continue
+        try:
+            call = screen.compiled(f"f(\n{attempts[i]['answer']}\n)", "eval")
+        except Invalid:
+            continue
+        jobs.append({"code": screen.compiled(e["code"]), "calls": [call], "family": None,
+                     "timeout": timeout, "audit": True})
+        owners.append(i)
+    return dict(zip(owners, sandbox.run(jobs)))
 
 
 def _code_i_checks(checks, done, timeout):

@@ -176,3 +176,42 @@ def test_composed_and_escaped_text_still_runs():
     escaped = validated("code_o", {"program": "def f(s):\n    return len(s)",
                                    "input": "'e\\u0301'"})
     assert (composed["output"], escaped["output"]) == ("3", "2"), (composed, escaped)
+
+
+# ------------- round 9: an input reaches f as Python would pass it, or the problem is invalid
+
+# (program, input) whose input, rebuilt from plain data, is not what Python passes f: two names
+# for one list, a set's own order, an input's call of f that changed f's state, a mutable default
+AS_WRITTEN = {
+    "aliasing": ("def f(x):\n    x[0].append(1)\n    return x", "[[0]] * 2"),
+    "set_order": ("def f(s):\n    return list(s)", "{3, 49, 55, 0, 57}"),
+    "state_of_an_inner_call": ("calls = []\ndef f(x):\n    calls.append(x)\n    return len(calls)",
+                               "f(5)"),
+    "mutable_default": ("def f(x, seen=[]):\n    seen.append(x)\n    return sum(seen)", "f(3)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AS_WRITTEN))
+def test_an_input_that_plain_data_cannot_carry_is_refused(name):
+    """Red team round 9 A01-A03: the shown output was f's on the rebuilt value (`[[0, 1], [0]]`
+    for `[[0]] * 2`), so Python's own answer (`[[0, 1], [0, 1]]`) was graded wrong, not void."""
+    program, text = AS_WRITTEN[name]
+    result = verify.validate("code_o", [{"program": program, "input": text}])[0]
+    assert not result["valid"] and "as Python would pass it" in result["reason"], result
+
+
+def test_inputs_that_plain_data_carries_still_run():
+    assert validated("code_o", {"program": "def f(x):\n    return x * 2",
+                                "input": "f(3) + f(33)"})["output"] == "144"
+    assert validated("code_o", {"program": "def f(s):\n    return sorted(s)",
+                                "input": "{3, 49, 55, 0, 57}"})["output"] == "[0, 3, 49, 55, 57]"
+
+
+def test_a_code_i_answer_is_correct_only_as_python_passes_it():
+    """The other way round: `[[0]] * 2` rebuilt as two lists gave f's gold, while f on it as
+    written (one list under two names) does not: graded correct before."""
+    problem = validated("code_i", {"program": "def f(x):\n    x[0].append(1)\n    return x[1]",
+                                   "input": "[[0], [0]]"})
+    graded = verify.grade("code_i", [dict(problem, answer=a)
+                                     for a in ("[[0]] * 2", "[[0]] + [[0]]", "[[0], [0]]")])
+    assert [g["correct"] for g in graded] == [False, True, True], graded
