@@ -215,3 +215,22 @@ def test_a_code_i_answer_is_correct_only_as_python_passes_it():
     graded = verify.grade("code_i", [dict(problem, answer=a)
                                      for a in ("[[0]] * 2", "[[0]] + [[0]]", "[[0], [0]]")])
     assert [g["correct"] for g in graded] == [False, True, True], graded
+
+
+def test_a_problems_attempts_share_its_decoded_arguments(monkeypatch):
+    """Red team round 9 S01: each attempt decoded the problem's stored argument lists and screened
+    its program again (8 attempts of a 60,000-item input: ~1 s of the parent's CPU a grade).
+    Counted here: the teacher's program is prepared once for 8 attempts."""
+    inputs = [f"[{k}] * {600 + k}" for k in range(10)]
+    problem = validated("code_f", {"program": "def f(xs):\n    return len(xs) * 2",
+                                   "inputs": inputs, "message": "twice the length"})
+    calls = [0]
+    prepare = screen.prepare
+
+    def counting(program):
+        calls[0] += program == problem["program"]
+        return prepare(program)
+
+    monkeypatch.setattr(screen, "prepare", counting)
+    graded = verify.grade("code_f", [dict(problem, answer="def f(xs):\n    return 2 * len(xs)")] * 8)
+    assert all(g["correct"] for g in graded) and calls[0] == 1, (calls, graded)
