@@ -36,6 +36,12 @@ _TAGS = {**_SEQUENCES, **_MAPPINGS, str: "str", int: "int", float: "float", comp
          bytes: "bytes", bytearray: "bytearray", range: "range", Fraction: "Fraction",
          Decimal: "Decimal", bool: "bool", type(None): '["None"]', type(...): '["Ellipsis"]'}
 _BOOLS = {True: '["True"]', False: '["False"]'}
+# a Fraction's parts, read from its slots with the descriptors its class had at import: the
+# numerator and denominator properties live on a Python class that a program can patch through an
+# alias (`[fractions.Fraction][0].numerator = 7` showed Fraction(7, 3) for f's Fraction(1, 3): red
+# team round 10, A15); a slot descriptor is a C object
+_NUMERATOR = Fraction.__dict__["_numerator"]
+_DENOMINATOR = Fraction.__dict__["_denominator"]
 # a str -> its JSON string literal, ASCII only (the C escaper: a child's result line is built with
 # it alone)
 escape = json.encoder.encode_basestring_ascii
@@ -152,12 +158,13 @@ def encode(value, parts, budget, depth=0):
         parts.append('["range", "%x", "%x", "%x"]' % (value.start, value.stop, value.step))
         return False
     if t is Fraction:
-        bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+        numerator, denominator = _NUMERATOR.__get__(value), _DENOMINATOR.__get__(value)
+        bits = max(numerator.bit_length(), denominator.bit_length())
         if bits > MAX_INT_BITS:
             raise ValueError(f"output too large (a Fraction of more than {MAX_INT_BITS} bits)")
         # gcd is quadratic: its units grow 4x faster than an int's
-        budget[0] -= (value.numerator.bit_length() + value.denominator.bit_length()) >> 4
-        parts.append('["Fraction", "%x", "%x"]' % (value.numerator, value.denominator))
+        budget[0] -= (numerator.bit_length() + denominator.bit_length()) >> 4
+        parts.append('["Fraction", "%x", "%x"]' % (numerator, denominator))
         return False
     # t is Decimal
     text = Decimal.__str__(value)

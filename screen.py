@@ -115,6 +115,8 @@ _REPR_SOURCES = {name.strip(): (module, name.strip()) for module, line in REPR_N
                  for name in line.split(" import ")[1].split(",")}
 # what an import may not bind (the imports line is in scope where answers run)
 _BUILTIN_NAMES = set(dir(builtins)) | {"__builtins__"}
+# what `is` may compare with (_check_identity), each by identity (1 == True)
+SINGLETONS = (None, True, False, ...)
 # Load, And, Add, ...: markers the screen reads through their parent (and not depth, complexity)
 MARKERS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 
@@ -452,11 +454,30 @@ def _check_uses(found, imported, bound, modules, direct, decorators, enums):
             _check_targets(node, imported)
         elif kind is ast.MatchClass:
             _check_class_pattern(node, bound)
+        elif kind is ast.Compare:
+            _check_identity(node)
         else:
             for name in _names(node):
                 _dunder(name)
     if own:
         _own_names_only(found[0], own)
+
+
+def _check_identity(node):
+    """`is` / `is not` only against None, True, False or ...: identity is no value's, it is where
+    the value came from (Python merges equal constants of one code object, `1000, 1000` as an
+    input; grading rebuilds arguments from plain data), so `a is b` could make a gold that no run
+    of the shown input as written gives (red team round 10, A01/A04). AZR's seeds use `is` with
+    None alone."""
+    sides = [node.left, *node.comparators]
+    for n, op in enumerate(node.ops):
+        if type(op) not in (ast.Is, ast.IsNot):
+            continue
+        pair = sides[n:n + 2]
+        constants = [x.value for x in pair if type(x) is ast.Constant]
+        if not any(c is s for c in constants for s in SINGLETONS):
+            raise Invalid("`is` other than against None, True, False or ...: identity is not a "
+                          "value")
 
 
 def _banned_name(name):

@@ -67,9 +67,11 @@ def test_the_teachers_own_input_is_graded_correct(name):
         # globals() is screened (a validity rule): this one runs with the screen off
         return _globals_seen_alike()
     if name in NOT_PLAIN_DATA:
-        # refused since red team round 9: the problem's output is f's on the value as written
+        # refused since red team rounds 9 (the output is f's on the input as written) and 10 (`is`
+        # only against None, True, False, ...)
         result = verify.validate("code_o", [{"program": program, "input": given}])[0]
-        assert "as Python would pass it" in result["reason"], result
+        reason = result["reason"]
+        assert "as Python would pass it" in reason or "identity" in reason, result
         return
     problem = validated("code_o", {"program": program, "input": given})
     graded = verify.grade("code_i", [dict(problem, answer=a) for a in (given, "'not an input'")])

@@ -121,7 +121,7 @@ def test_a_module_reached_as_an_attribute_is_screened_as_that_module():
 def test_dotted_modules_still_run():
     program = ("import collections.abc, json.decoder, re\nfrom json import decoder\n"
                "def f(x):\n    return [isinstance(x, collections.abc.Iterable), "
-               "json.decoder.JSONDecodeError is decoder.JSONDecodeError, "
+               "json.decoder.JSONDecodeError == decoder.JSONDecodeError, "
                "re.enum.Enum.__name__]")
     result = verify.validate("code_o", [{"program": program, "input": "[1]"}])[0]
     assert result["output"] == "[True, True, 'Enum']", result

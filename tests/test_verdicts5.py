@@ -234,3 +234,31 @@ def test_a_problems_attempts_share_its_decoded_arguments(monkeypatch):
     monkeypatch.setattr(screen, "prepare", counting)
     graded = verify.grade("code_f", [dict(problem, answer="def f(xs):\n    return 2 * len(xs)")] * 8)
     assert all(g["correct"] for g in graded) and calls[0] == 1, (calls, graded)
+
+
+# ------------------------ round 10: the shown output is f's value, whatever class f patches
+
+def test_a_patched_fraction_property_does_not_change_the_gold():
+    """Red team round 10 A15: the child's encoder read a Fraction's parts through the numerator
+    and denominator properties of the Python class fractions.Fraction, which a program patched
+    through an alias: f returned Fraction(1, 3) and the prompt showed Fraction(7, 3)."""
+    program = ("import fractions\ndef f(x):\n    F = [fractions.Fraction][0]\n"
+               "    F.numerator = 7\n    return fractions.Fraction(1, x)")
+    problem = validated("code_o", {"program": program, "input": "3"})
+    assert problem["output"] == "Fraction(1, 3)", problem
+
+
+@pytest.mark.parametrize("test", ["a is b", "a is not b", "a is 1", "(a, b) is (a, b)"])
+def test_identity_other_than_with_a_singleton_is_refused(test):
+    """Red team round 10 A01/A04: `1000, 1000` as an input is one constant object for Python's
+    own `f(1000, 1000)` and two after plain data, so `a is b` made a gold (False) that the input
+    as written does not give; a code_i answer `1000, 1000` was graded correct for a gold False."""
+    result = verify.validate("code_o", [{"program": f"def f(a, b):\n    return {test}",
+                                         "input": "1000, 1000"}])[0]
+    assert not result["valid"] and "identity" in result["reason"], result
+
+
+def test_identity_with_none_true_false_or_ellipsis_still_runs():
+    program = "def f(a, b):\n    return [a is None, b is not True, None is a, a is ...]"
+    assert validated("code_o", {"program": program, "input": "None, 2"})["output"] == \
+        "[True, True, True, False]"

@@ -686,7 +686,7 @@ def test_results_carry_the_zygotes_own_measures():
 # model text whose parsing or compiling warns (3.11: invalid decimal literal, invalid escape
 # sequence, "is" with a literal, a tuple called)
 NOISY = ("def f(x):\n    y = 1if x else 2\n    g = lambda: (1, 2)(3)\n"
-         "    return (x is 1, '\\d', y)\n")
+         "    return (x == 1, '\\d', y)\n")
 
 
 def test_model_text_never_warns_on_the_console():
