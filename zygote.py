@@ -110,7 +110,9 @@ def _evaluate(job, exec_=exec, eval_=eval):
         arguments.append(decode(encoding))
     if job.get("audit"):
         _watch(job)
-    ns = {"__name__": "__main__"}
+    # a module's own __doc__ (None without a docstring), not the builtins module's (red team round
+    # 10, A11)
+    ns = {"__name__": "__main__", "__doc__": None}
     exec_(job["code"], ns)
     # one size budget for all the job's values: ten inputs of a code_f problem, each a list just
     # under a value's cap, made lines of 6.5 MB the parent parsed whole (red team round 8, S02)
@@ -145,7 +147,7 @@ def _watch(job):
     sys.audit(_ARM, (job["code"], *job.get("calls", ())))
 
 
-def _audit_hook():
+def _audit_hook(refused):
     """-> the audit hook of layer 3 (a fresh one, disarmed). Its state lives in this closure, which
     nothing but the hook (held by the interpreter, and by no Python object: sys offers no way to
     list hooks; gc's listings are refused events) can reach, and it changes one way only: the first
@@ -191,6 +193,8 @@ def _audit_hook():
                 return
         elif event == "sys._getframe":
             raise ValueError("no frames in the sandbox")
+        # kept where the program cannot reach it: a refusal it catches still fails the job
+        refused.append(event)
         raise RuntimeError(f"not allowed in the sandbox: {event}")
     return hook
 
@@ -215,6 +219,10 @@ def _outcome(job):
     # SystemExit, KeyboardInterrupt, MemoryError, ... all contained
     except BaseException as e:
         error = describe(e)
+    # a refusal of the audit hook that the program caught (`except Exception: return "..."`) would
+    # make a gold of the sandbox's choosing, not Python's (red team round 10, A12)
+    if _refused:
+        values, error = None, f"not allowed in the sandbox: {_refused[0]} (the program caught it)"
     try:
         _out.flush()
         stdout = _out.buffer.getvalue().decode("utf-8", "replace")
@@ -333,6 +341,8 @@ _ZERO_PAGE = bytes(mmap.PAGESIZE)
 _libc = _pyfork = _null = _capset = _caps = None
 # the zygote's pid (1 in its PID namespace), a child's parent
 _zygote_pid = None
+# the events the audit hook refused in this child (_audit_hook)
+_refused = []
 # a model zygote ends children that use no CPU (IDLE_S)
 _idle = False
 _landlock = _signal_filter = None
@@ -414,6 +424,11 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
         _idle = True
         _models_only()
         hello["modules"] = len(sys.modules)
+        # the stack room f is called with differs from zygote to zygote (so between the two
+        # families of a validation, 255 times in 256): a program that measures it (recursing to
+        # RecursionError) is non-deterministic, not a gold nobody can derive from its text (red
+        # team round 10, A02/A03)
+        sys.setrecursionlimit(sys.getrecursionlimit() + int.from_bytes(os.urandom(1), "little"))
     # keep the collector off the zygote's pages in children
     gc.freeze()
     # the zygote enters the domain itself: children inherit it, free
@@ -459,13 +474,13 @@ def _models_only():
     # a hook of the same code, armed and run here, then dropped: its code is quickened here rather
     # than written in every child
     code = compile("0", "<w>", "eval")
-    warm = _audit_hook()
+    warm = _audit_hook([])
     warm(_ARM, ((code,),))
     for _ in range(9):
         warm("builtins.id", (0,))
         warm("exec", (code,))
     # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
-    sys.addaudithook(_audit_hook())
+    sys.addaudithook(_audit_hook(_refused))
     # the enum functional API (`E("X", {name: value})`) and _convert_ make class attributes named by
     # text made at run time; the screen refuses the spellings it can see, this every other one (an
     # alias, `E.__call__`, functools.partial(E), map(E, ...)); every enum class is made already

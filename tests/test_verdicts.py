@@ -127,7 +127,7 @@ def _globals_seen_alike(monkeypatch=None):
     try:
         problem = validated("code_o", {"program": program, "input": "1"})
         assert verdicts("code_i", problem, ["1", "'a'"]) == [True, True]
-        assert problem["output"] == "['__builtins__', '__name__']", problem
+        assert problem["output"] == "['__builtins__', '__doc__', '__name__']", problem
     finally:
         screen.check = saved
 

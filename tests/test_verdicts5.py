@@ -262,3 +262,33 @@ def test_identity_with_none_true_false_or_ellipsis_still_runs():
     program = "def f(a, b):\n    return [a is None, b is not True, None is a, a is ...]"
     assert validated("code_o", {"program": program, "input": "None, 2"})["output"] == \
         "[True, True, True, False]"
+
+
+# ------------------- round 10: the world f runs in is not a gold (refusals, stack, module)
+
+WORLD_GOLDS = {
+    # a refusal of the audit hook, caught: the gold was the sandbox's error text
+    "caught_refusal": ("import copy\ndef f(x):\n    try:\n        return copy.deepcopy(x)\n"
+                       "    except Exception as e:\n        return str(e)", "[{1: {2}}]",
+                       "the program caught it"),
+    # the stack room left: the same in every child before, a gold no reader can derive
+    "stack_room": ("def depth(n=0):\n    try:\n        return depth(n + 1)\n"
+                   "    except RecursionError:\n        return n\n\ndef f(x):\n"
+                   "    return depth() + x", "1", "non-deterministic"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORLD_GOLDS))
+def test_a_gold_made_of_the_sandboxs_world_is_refused(name):
+    """Red team round 10 A12 (f caught the hook's RuntimeError and returned its text as the gold)
+    and A02/A03 (f measured its stack room, equal in every child: valid, gold 991)."""
+    program, text, reason = WORLD_GOLDS[name]
+    result = verify.validate("code_o", [{"program": program, "input": text}])[0]
+    assert not result["valid"] and reason in result["reason"], result
+
+
+def test_a_programs_doc_is_its_own():
+    """Red team round 10 A11: __doc__ fell through to the builtins module's docstring."""
+    problem = validated("code_o", {"program": "def f(x):\n    return [__doc__ is None, x]",
+                                   "input": "1"})
+    assert problem["output"] == "[True, 1]", problem
