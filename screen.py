@@ -16,7 +16,7 @@ Its rules, on the parse tree of the exact text that will run:
   - names, attributes, match-class keywords and the fields of a constant str.format template: no
     introspection (INTROSPECTION: code, frame, generator, coroutine and traceback internals, a
     function's globals, closure and annotations, the class hierarchy, the builtins); none of
-    BANNED_NAMES (eval, vars, getattr & co., type, id, hash, ...) unless it is the program's own
+    BANNED_NAMES (eval, vars, dir, getattr & co., type, id, hash, ...) unless it is the program's own
     where it is read (bound in that function or one around it: never the builtin);
   - a module (imported, or reached as an attribute: re.enum, json.decoder) only used as
     `module.x`; no assignment or deletion through an imported name or a call (no patching of the
@@ -69,7 +69,7 @@ BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading 
 # zygote, so a teacher could choose its students' failure rate; hash of an object without __hash__
 # is its address too). AZR's seeds use none of type, id and hash.
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
-                    "vars __build_class__ getattr setattr delattr hasattr type id hash").split())
+                    "vars dir __build_class__ getattr setattr delattr hasattr type id hash").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
 # enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals),

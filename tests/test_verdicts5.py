@@ -292,3 +292,13 @@ def test_a_programs_doc_is_its_own():
     problem = validated("code_o", {"program": "def f(x):\n    return [__doc__ is None, x]",
                                    "input": "1"})
     assert problem["output"] == "[True, 1]", problem
+
+
+@pytest.mark.parametrize("program", ["N = len(dir())\ndef f(x):\n    return N + x",
+                                     "def f(x):\n    return len(dir(x)) + x"])
+def test_dir_is_a_banned_name(program):
+    """Red team round 10 A11: dir() of the program's namespace counts what the harness put there
+    (3 names; a script run by Python has 8): a gold of the sandbox's world. AZR's seeds never call
+    dir or vars."""
+    result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
+    assert not result["valid"] and "banned name: dir" in result["reason"], result
