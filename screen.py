@@ -687,7 +687,7 @@ def prepare(program):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             import_nodes.append(node)
     _keep(program, "exec", tree)
-    imports, modules = _imports_text(import_nodes)
+    imports, modules = _imports_text(import_nodes, {id(node) for node in tree.body})
     if imports:
         screened(imports)
     return program, imports, modules
@@ -710,16 +710,18 @@ def _entry(tree):
     return defs[0]
 
 
-def _imports_text(import_nodes):
-    """A program's Import/ImportFrom nodes -> (its import statements, one a line without repeats,
-    then REPR_NAMES's line for each module imported in any form that has one; the top-level modules
-    it imports). Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES
+def _imports_text(import_nodes, top):
+    """A program's Import/ImportFrom nodes -> (its top-level import statements (ids in `top`: those
+    the teacher's own run executed; `from math import no_such_name` in a helper never called failed
+    every student's program: red team round 11, A03), one a line without repeats, then REPR_NAMES's
+    line for each module imported in any form that has one; the top-level modules it imports). Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES
     to anything but itself: the imports line runs before a code_o answer and a code_f student's
     program, where `from math import prod as sum` (even in a helper never called) would change
     what the shown output or the student's code means."""
     lines, modules = [], set()
     for node in import_nodes:
-        lines.append(ast.unparse(node))
+        if id(node) in top:
+            lines.append(ast.unparse(node))
         for alias in node.names:
             name = alias.asname or alias.name.split(".")[0]
             if name in _BUILTIN_NAMES:

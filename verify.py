@@ -604,10 +604,10 @@ def grade(task, attempts, timeout=5.0):
     without a run. `answer` None (a format error) scores False.
 
     [ours; issue 22] The problem is checked against itself in the same batch, in children of its
-    own: code_o and code_f, the teacher's program on its own inputs once per family; code_i, f on
-    the teacher's own input in a child of every zygote that ran one of its attempts (the same
-    interpreter, hash seed and clocks as that attempt; in both, f's first and only call in its
-    child, as in validation, so f can tell them apart by its argument alone). A problem whose own
+    own: code_o, the teacher's program on its own inputs once per family; code_i and code_f, the
+    teacher's program on its own input(s) in a child of every zygote that ran one of its attempts
+    (the same interpreter, hash seed, clocks and stack room as that attempt; in both, f's first
+    call(s) in its child, as in validation, so f can tell them apart by its argument alone). A problem whose own
     answer is not graded correct in every check (a wrong value, an error, a timeout) is VOID:
     every attempt of it in the batch is "void" (not correct, and neither rewarded nor penalised: a
     problem whose answer depends on the world it runs in decides nothing)."""
@@ -639,17 +639,20 @@ def grade(task, attempts, timeout=5.0):
                 entries.append((i, work, compared, gold, key))
         runs = sandbox.run([job for _, job, _, _, _ in jobs])
         done += [(i, run, c, g, key) for (i, _, c, g, key), run in zip(jobs, runs)]
-        # code_o, code_f: the checks in both families, beside the attempts; code_i: after them,
-        # where they ran
+        # code_o: the checks in both families, beside the attempts; code_i and code_f: after them,
+        # where they ran (a per-zygote bit, the stack room or an address, that both families and a
+        # check per family agreed on failed a student's program in other zygotes: red team round
+        # 11, A07/A08)
         owners, work = list(checks), []
-        if task != "code_i":
+        if task == "code_o":
             work = [dict(checks[key][0], families=(0, 1)) for key in owners]
         runs = _call_f([e for _, e, _, _, _ in entries] + work, (None,), timeout)
         done += [(i, run[0], c, g, key) for (i, _, c, g, key), run in zip(entries, runs)]
         check_runs = runs[len(entries):]
         written = {}
+        if task != "code_o":
+            owners, check_runs = _pinned_checks(checks, done, timeout)
         if task == "code_i":
-            owners, check_runs = _code_i_checks(checks, done, timeout)
             written = _as_written(attempts, entries, timeout)
     void = set()
     for key, runs_of in zip(owners, check_runs):
@@ -694,9 +697,9 @@ def _as_written(attempts, entries, timeout):
     return dict(zip(owners, sandbox.run(jobs)))
 
 
-def _code_i_checks(checks, done, timeout):
-    """code_i's self-checks: f on each problem's own input in a child of every zygote that ran one
-    of its attempts (`done`: grade's runs; `checks`: key -> (entry, ...)) -> (the problem key of
+def _pinned_checks(checks, done, timeout):
+    """code_i's and code_f's self-checks: the teacher's program on its own input(s) in a child of
+    every zygote that ran one of its attempts (`done`: grade's runs; `checks`: key -> (entry, ...)) -> (the problem key of
     each check, its runs)."""
     where = {}
     for _, run, _, _, key in done:

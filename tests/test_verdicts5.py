@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import sandbox
 import screen
 import verify
 
@@ -302,3 +303,35 @@ def test_dir_is_a_banned_name(program):
     dir or vars."""
     result = verify.validate("code_o", [{"program": program, "input": "1"}])[0]
     assert not result["valid"] and "banned name: dir" in result["reason"], result
+
+
+# ----------------------------------------------------------------------------- round 11
+
+def test_an_import_the_teachers_run_never_executes_is_not_prepended():
+    """Red team round 11 A03: a failing import in a helper never called was copied into the
+    imports line before every code_f student's program: every honest answer an ImportError, graded
+    wrong and not void, the teacher paid in full."""
+    program = "def helper():\n    from math import no_such_name\n\ndef f(x):\n    return x * 2 + 1"
+    problem = validated("code_f", {"program": program, "inputs": [str(k) for k in range(1, 11)],
+                                   "message": "twice, plus one"})
+    graded = verify.grade("code_f", [dict(problem, answer="def f(x):\n    return 2 * x + 1")])
+    assert graded[0]["correct"], graded
+
+
+def test_a_code_f_problem_is_checked_where_its_attempts_ran(monkeypatch):
+    """Red team round 11 A07/A08: code_f's self-check ran once per family, so a per-zygote bit
+    (the stack room, an address) both families agreed on failed the teacher's own program, sent as
+    a student's, in other zygotes (6-7 of 16, none void). The check now runs in every zygote that
+    ran an attempt: counted here as the zygotes the checks were pinned to."""
+    program = "def f(x):\n    return x * 3"
+    problem = validated("code_f", {"program": program, "inputs": [str(k) for k in range(1, 11)],
+                                   "message": "thrice"})
+    pinned, run = [], sandbox.run
+
+    def recording(jobs):
+        pinned.extend(job.get("zygote", 0) for job in jobs)
+        return run(jobs)
+
+    monkeypatch.setattr(sandbox, "run", recording)
+    graded = verify.grade("code_f", [dict(problem, answer=program)] * 4)
+    assert all(g["correct"] for g in graded) and any(pinned), (pinned, graded)
