@@ -14,6 +14,7 @@ environment, before any lock-down) and the parent. So it imports the standard li
 does nothing at import but build its tables.
 """
 import json
+import math
 from collections import Counter, OrderedDict, defaultdict, deque
 from decimal import Decimal
 from fractions import Fraction
@@ -162,6 +163,10 @@ def encode(value, parts, budget, depth=0):
         bits = max(numerator.bit_length(), denominator.bit_length())
         if bits > MAX_INT_BITS:
             raise ValueError(f"output too large (a Fraction of more than {MAX_INT_BITS} bits)")
+        # one made unnormalised (`_normalize=False`) compares by its raw parts in Python and by the
+        # normalised ones here (red team round 11, A02)
+        if denominator <= 0 or math.gcd(numerator, denominator) != 1:
+            raise ValueError("output is an unnormalised Fraction")
         # gcd is quadratic: its units grow 4x faster than an int's
         budget[0] -= (numerator.bit_length() + denominator.bit_length()) >> 4
         parts.append('["Fraction", "%x", "%x"]' % (numerator, denominator))

@@ -233,7 +233,8 @@ def test_a_problems_attempts_share_its_decoded_arguments(monkeypatch):
         return prepare(program)
 
     monkeypatch.setattr(screen, "prepare", counting)
-    graded = verify.grade("code_f", [dict(problem, answer="def f(xs):\n    return 2 * len(xs)")] * 8)
+    answer = "def f(xs):\n    return 2 * len(xs)"
+    graded = verify.grade("code_f", [dict(problem, answer=answer)] * 8)
     assert all(g["correct"] for g in graded) and calls[0] == 1, (calls, graded)
 
 
@@ -335,3 +336,12 @@ def test_a_code_f_problem_is_checked_where_its_attempts_ran(monkeypatch):
     monkeypatch.setattr(sandbox, "run", recording)
     graded = verify.grade("code_f", [dict(problem, answer=program)] * 4)
     assert all(g["correct"] for g in graded) and any(pinned), (pinned, graded)
+
+
+def test_an_unnormalised_fraction_is_not_a_gold():
+    """Red team round 11 A02: Fraction(3, 6, _normalize=False) == Fraction(5, 10, ...) is False in
+    Python (raw parts), True here (decoded normalised): wrong code_i answers graded correct."""
+    program = ("from fractions import Fraction\ndef f(n):\n"
+               "    return Fraction(n, 2 * n, _normalize=False)")
+    result = verify.validate("code_o", [{"program": program, "input": "3"}])[0]
+    assert not result["valid"] and "unnormalised" in result["reason"], result
