@@ -249,9 +249,22 @@ def _proposal(task, p):
     # would make the shown output differ from the one a student derives from the input's text. So
     # an input that is not a literal, or holds a set, is also run as written, `f(<input>)` in a
     # child of its own, which must agree (red team round 9, A01-A03)
-    if entry["packs"] or any(_holds_a_set(encoding) for encoding in entry["args"]):
+    if _not_plain(entry):
         entry["natural"] = [screen.compiled(f"f(\n{x}\n)", "eval") for x in inputs]
     return entry
+
+
+def _not_plain(entry):
+    """Does an entry have an input that plain data may not carry as Python passes it: one that is
+    not a literal (a pack), or one holding a set?"""
+    return bool(entry["packs"]) or any(_holds_a_set(encoding) for encoding in entry["args"])
+
+
+def _as_written_job(code, calls, timeout):
+    """The sandbox job that runs `calls` (`f(<input>)` as written) with the program `code`, in a
+    child of its own."""
+    return {"code": screen.compiled(code), "calls": calls, "family": None, "timeout": timeout,
+            "audit": True}
 
 
 def _holds_a_set(encoding):
@@ -453,8 +466,7 @@ def validate(task, proposals, timeout=5.0):
                 results[i]["reason"] = str(e)
         runs = _call_f(entries, (0, 1), timeout)
         natural = [e for e in entries if e["natural"]]
-        as_written = sandbox.run([{"code": screen.compiled(e["code"]), "calls": e["natural"],
-                                   "family": None, "timeout": timeout, "audit": True}
+        as_written = sandbox.run([_as_written_job(e["code"], e["natural"], timeout)
                                   for e in natural])
         as_written = dict(zip(map(id, natural), as_written))
     for i, entry, (a, b) in zip(owners, entries, runs):
@@ -607,10 +619,10 @@ def grade(task, attempts, timeout=5.0):
     own: code_o, the teacher's program on its own inputs once per family; code_i and code_f, the
     teacher's program on its own input(s) in a child of every zygote that ran one of its attempts
     (the same interpreter, hash seed, clocks and stack room as that attempt; in both, f's first
-    call(s) in its child, as in validation, so f can tell them apart by its argument alone). A problem whose own
-    answer is not graded correct in every check (a wrong value, an error, a timeout) is VOID:
-    every attempt of it in the batch is "void" (not correct, and neither rewarded nor penalised: a
-    problem whose answer depends on the world it runs in decides nothing)."""
+    call(s) in its child, as in validation, so f can tell them apart by its argument alone). A
+    problem whose own answer is not graded correct in every check (a wrong value, an error, a
+    timeout) is VOID: every attempt of it in the batch is "void" (not correct, and neither rewarded
+    nor penalised: a problem whose answer depends on the world it runs in decides nothing)."""
     _task(task)
     results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
     with screen.silenced():
@@ -669,8 +681,9 @@ def grade(task, attempts, timeout=5.0):
         if correct:
             results[i]["reason"] = "correct"
         if correct and i in written and not _matches(written[i], compared, gold):
-            results[i].update(correct=False, reason="wrong answer: f on the input as written gives "
-                                                    "another value (as plain data it gave the gold)")
+            reason = ("wrong answer: f on the input as written gives another value (as plain "
+                      "data it gave the gold)")
+            results[i].update(correct=False, reason=reason)
     for i, a in enumerate(attempts):
         if results[i]["reason"].startswith("bad request") or _problem_key(a) not in void:
             continue
@@ -685,22 +698,21 @@ def _as_written(attempts, entries, timeout):
     f on it as Python passes it gives the gold too (`[[0]] * 2` is two names for one list)."""
     owners, jobs = [], []
     for i, e, _, _, _ in entries:
-        if not e["packs"] and not any(_holds_a_set(x) for x in e["args"] if x is not None):
+        if not _not_plain(e):
             continue
         try:
             call = screen.compiled(f"f(\n{attempts[i]['answer']}\n)", "eval")
         except Invalid:
             continue
-        jobs.append({"code": screen.compiled(e["code"]), "calls": [call], "family": None,
-                     "timeout": timeout, "audit": True})
+        jobs.append(_as_written_job(e["code"], [call], timeout))
         owners.append(i)
     return dict(zip(owners, sandbox.run(jobs)))
 
 
 def _pinned_checks(checks, done, timeout):
     """code_i's and code_f's self-checks: the teacher's program on its own input(s) in a child of
-    every zygote that ran one of its attempts (`done`: grade's runs; `checks`: key -> (entry, ...)) -> (the problem key of
-    each check, its runs)."""
+    every zygote that ran one of its attempts (`done`: grade's runs; `checks`: key -> (entry,
+    ...)) -> (the problem key of each check, its runs)."""
     where = {}
     for _, run, _, _, key in done:
         where.setdefault(key, set()).add(run.get("zygote", 0))
