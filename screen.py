@@ -16,8 +16,8 @@ Its rules, on the parse tree of the exact text that will run:
   - names, attributes, match-class keywords and the fields of a constant str.format template: no
     introspection (INTROSPECTION: code, frame, generator, coroutine and traceback internals, a
     function's globals, closure and annotations, the class hierarchy, the builtins); none of
-    BANNED_NAMES (eval, vars, dir, getattr & co., type, id, hash, ...) unless it is the program's own
-    where it is read (bound in that function or one around it: never the builtin);
+    BANNED_NAMES (eval, vars, dir, getattr & co., type, id, hash, ...) unless it is the
+    program's own where it is read (bound in that function or one around it: never the builtin);
   - a module (imported, or reached as an attribute: re.enum, json.decoder) only used as
     `module.x`; no assignment or deletion through an imported name or a call (no patching of the
     classes grading compares with);
@@ -69,7 +69,8 @@ BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading 
 # zygote, so a teacher could choose its students' failure rate; hash of an object without __hash__
 # is its address too). AZR's seeds use none of type, id and hash.
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
-                    "vars dir __build_class__ getattr setattr delattr hasattr type id hash").split())
+                    "vars dir __build_class__ getattr setattr delattr hasattr type id "
+                    "hash").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
 # enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals),
@@ -714,16 +715,17 @@ def _imports_text(import_nodes, top):
     """A program's Import/ImportFrom nodes -> (its top-level import statements (ids in `top`: those
     the teacher's own run executed; `from math import no_such_name` in a helper never called failed
     every student's program: red team round 11, A03), one a line without repeats, then REPR_NAMES's
-    line for each module imported in any form that has one; the top-level modules it imports). Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES
-    to anything but itself: the imports line runs before a code_o answer and a code_f student's
-    program, where `from math import prod as sum` (even in a helper never called) would change
-    what the shown output or the student's code means."""
+    line for each module imported in any form that has one; the top-level modules it imports).
+    Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES to anything
+    but itself: the imports line runs before a code_o answer and a code_f student's program, where
+    `from math import prod as sum` (even in a helper never called) would change what the shown
+    output or the student's code means."""
     lines, modules = [], set()
     for node in import_nodes:
         if id(node) in top:
             lines.append(ast.unparse(node))
         for alias in node.names:
-            name = alias.asname or alias.name.split(".")[0]
+            name = _binds(alias)[0]
             if name in _BUILTIN_NAMES:
                 raise Invalid(f"an import binds {name}, a builtin's name")
             if isinstance(node, ast.ImportFrom):
