@@ -67,21 +67,32 @@ BANNED_SHOWN = set(("logging random multiprocessing pebble subprocess threading 
 # (`type(x)` is type itself for a class, and three arguments build a class from a dict whose keys
 # are made at run time), id and hash (an address: its low bits differ between the children of one
 # zygote, so a teacher could choose its students' failure rate; hash of an object without __hash__
-# is its address too). AZR's seeds use none of type, id and hash.
+# is its address too). AZR's seeds use none of type, id and hash. copyright, credits, license and
+# help: site.py adds them to builtins, and the sandbox's interpreters start without site (`except
+# NameError` made a gold stock Python does not give: red team round 12, A04).
 BANNED_NAMES = set(("open exec eval compile __import__ input globals locals breakpoint exit quit "
                     "vars dir __build_class__ getattr setattr delattr hasattr type id "
-                    "hash").split())
+                    "hash copyright credits license help").split())
 ATTR_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
 # attribute names refused on anything: readers of attributes by name, file openers, sys.modules,
 # enum's class makers (_convert_ reads a module named by text, global_enum writes one's globals),
 # functools.cached_property (reads and writes an object's __dict__ under a name given at run
 # time: its attrname, set by __set_name__ or by assignment), typing.get_origin (of typing.Type it
-# is type itself)
+# is type itself), operator.is_/is_not (identity: see IDENTITY_SLOTS), array's buffer_info (an
+# address, whose low bits are the same in every zygote and differ from stock Python's)
 BANNED_ATTRS = {"modules", "open", "attrgetter", "methodcaller", "Formatter", "get_field",
                 "vformat", "get_type_hints", "ForwardRef", "_evaluate", "_eval_type",
                 "getline", "getlines", "FileIO", "update_wrapper", "register",
                 "no_type_check", "EnumMeta", "EnumType", "_create_", "_convert_",
-                "global_enum", "cached_property", "get_origin"} | BANNED_SHOWN
+                "global_enum", "cached_property", "get_origin", "is_", "is_not",
+                "buffer_info"} | BANNED_SHOWN
+# [ours] object's own slots read as attributes: object.__eq__/__ne__ compare identity, __hash__
+# and __repr__ show an address (`C.__eq__(a, b)` for any class without its own). Python merges
+# equal constants of one code object, `1000, 1000` as an input, and grading rebuilds arguments
+# from plain data, so identity made golds the input as written does not give (red team round 12,
+# A02; `is` itself: _check_identity). A class still defines them; `==`, hash() of its own, repr()
+# call them.
+IDENTITY_SLOTS = {"__eq__", "__ne__", "__hash__", "__repr__"}
 # [ours] names a program may use only as a def's decorator called with one argument
 # (`@functools.wraps(g)`), never bind, alias or pass as a value: wraps(fn) returns a partial of
 # update_wrapper, whose call keywords replace its own, so any other use of it (`wraps(fn)(w,
@@ -290,8 +301,122 @@ def check(tree):
     (Tests switch it off by setting screen.check = screen.nodes.)"""
     found = nodes(tree)
     imported, bound, modules, direct, decorators, enums = _bindings(found)
+    # a module's name that a function binds too (a parameter `string`) is no module there
+    if bound.intersection(modules):
+        direct = direct | _own_reads(tree, bound.intersection(modules))
     _check_uses(found, imported, bound, modules, direct, decorators, enums)
     return found
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _own_reads(tree, names):
+    """ids of the Name nodes of `names` that Python reads from a function's own binding (its
+    parameter, assignment, loop target, ...; or one of a function around it), never the module an
+    import bound to the same name: a code_f student's `def f(string)` under the teacher's `import
+    string` (red team round 12, A01). Errs only towards "the module": a name bound in a function by
+    an import or declared global there, a class body's reads (they fall back to the module's
+    names) and walrus targets shield nothing; defaults, decorators and annotations of a def, and a
+    comprehension's first iterable, are read in the scope around it, as Python does."""
+    own = set()
+
+    def visit(node, shields, outer):
+        # shields: the names read from a function's own binding here; outer: those of the
+        # nearest function around (a def in a class body skips the class's scope)
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id in shields:
+                own.add(id(node))
+            return
+        if kind in _SCOPES:
+            arguments = node.args
+            around = [*arguments.defaults, *[d for d in arguments.kw_defaults if d]]
+            if kind is not ast.Lambda:
+                around += [*node.decorator_list, node.returns]
+                around += [a.annotation for a in _arguments(arguments)]
+            for child in around:
+                if child is not None:
+                    visit(child, shields, outer)
+            body = node.body if kind is not ast.Lambda else [node.body]
+            inner = _function_shields(arguments, body, names, outer)
+            for child in body:
+                visit(child, inner, inner)
+            return
+        if kind is ast.ClassDef:
+            for child in [*node.bases, *node.keywords, *node.decorator_list]:
+                visit(child, shields, outer)
+            assigned = _bound_in(node.body)
+            for child in node.body:
+                visit(child, outer - assigned, outer)
+            return
+        if kind in _COMPREHENSIONS:
+            first, *rest = node.generators
+            visit(first.iter, shields, outer)
+            targets = set()
+            for generator in node.generators:
+                targets |= {n.id for n in ast.walk(generator.target) if type(n) is ast.Name}
+            # a comprehension is a function: in a class body it skips the class's names too
+            inner = outer | (targets & names)
+            for child in [first.target, *first.ifs, *rest]:
+                visit(child, inner, inner)
+            for child in (node.key, node.value) if kind is ast.DictComp else (node.elt,):
+                visit(child, inner, inner)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, shields, outer)
+
+    visit(tree, frozenset(), frozenset())
+    return own
+
+
+def _arguments(arguments):
+    return [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+            *[a for a in (arguments.vararg, arguments.kwarg) if a]]
+
+
+def _function_shields(arguments, body, names, outer):
+    """The names of `names` a function's reads take from its own bindings or the shielded ones of
+    the function around it (`outer`), less those it declares global or binds by an import."""
+    declared, imports = set(), set()
+    for node in _own_nodes(body):
+        if type(node) is ast.Global:
+            declared.update(node.names)
+        elif type(node) in (ast.Import, ast.ImportFrom):
+            imports.update(_binds(alias)[0] for alias in node.names)
+    mine = {a.arg for a in _arguments(arguments)} | _bound_in(body)
+    return frozenset(((mine & names) | outer) - declared - imports)
+
+
+def _bound_in(body):
+    """The names a scope's own statements bind other than by import or walrus (nested scopes'
+    bindings are theirs; a def's or a class's name is bound where it stands)."""
+    bound = set()
+    for node in _own_nodes(body):
+        kind = type(node)
+        if kind is ast.Name and type(node.ctx) is not ast.Load:
+            bound.add(node.id)
+        elif kind in (*_SCOPES[:2], ast.ClassDef):
+            bound.add(node.name)
+        elif kind in (ast.MatchAs, ast.MatchStar, ast.ExceptHandler, ast.MatchMapping):
+            bound.update(_binds(node))
+    return bound - {None}
+
+
+def _own_nodes(body):
+    """The nodes of a scope's statements outside the scopes nested in them (a nested def, lambda,
+    class or comprehension is yielded itself, not entered), walrus targets left out."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if type(node) in (*_SCOPES, ast.ClassDef, *_COMPREHENSIONS):
+            continue
+        for child in ast.iter_child_nodes(node):
+            if type(node) is ast.NamedExpr and child is node.target:
+                continue
+            stack.append(child)
 
 
 def _bindings(found):
@@ -434,6 +559,8 @@ def _check_uses(found, imported, bound, modules, direct, decorators, enums):
         elif kind is ast.Attribute:
             if node.attr in INTROSPECTION or node.attr in BANNED_ATTRS:
                 raise Invalid(f"banned attribute: {node.attr}")
+            if node.attr in IDENTITY_SLOTS:
+                raise Invalid(f"reading .{node.attr}: object's own shows identity, not a value")
             _dunder(node.attr)
             if node.attr in DECORATOR_ONLY and id(node) not in decorators:
                 raise Invalid(f"{node.attr} only as a def's decorator (@functools.wraps(g))")
@@ -520,7 +647,8 @@ def _own_names_only(tree, names):
 
 def _format_fields(template):
     """Raise Invalid if a str.format template's fields (or the fields nested in their specs) name
-    an introspection attribute, a banned one or any dunder ("{0.__globals__}", "{0:{1.gi_frame}}")."""
+    an introspection attribute, a banned one or any dunder ("{0.__globals__}",
+    "{0:{1.gi_frame}}")."""
     try:
         parts = [text for _, field, spec, _ in string.Formatter().parse(template)
                  for text in (field, spec) if text]
@@ -728,6 +856,9 @@ def _imports_text(import_nodes, top):
             name = _binds(alias)[0]
             if name in _BUILTIN_NAMES:
                 raise Invalid(f"an import binds {name}, a builtin's name")
+            # before a code_f student's program: its recursive f would read as the module
+            if name == "f":
+                raise Invalid("an import binds f, the entry's name")
             if isinstance(node, ast.ImportFrom):
                 modules.add(node.module.split(".")[0])
                 source = (node.module, alias.name)

@@ -1,0 +1,134 @@
+"""Issue 22, red team round 12 (the screen's side): identity seen through object's own slots, names
+only site.py adds, an address read out of an array, and the rule "a module is never a value" read
+without Python's scopes (a code_f student's parameter named like a teacher's import). Each test
+failed on the code before its fix (the commit that added it says how)."""
+import pytest
+
+import verify
+
+
+def validated(task, proposal):
+    result = verify.validate(task, [proposal])[0]
+    assert result["valid"], result
+    return dict(proposal, **{k: v for k, v in result.items() if k not in ("valid", "reason")})
+
+
+def refused(task, proposal):
+    result = verify.validate(task, [proposal])[0]
+    assert not result["valid"], result
+    return result["reason"]
+
+
+# ---------------- class 1: identity is not a value, whichever way a program asks for it
+
+# Python's own f(1000, 1000) passes one constant object twice, plain data two objects: each of
+# these made a gold the input as written does not give (round 12 A02: object.__eq__ on `1000,
+# 1000` False where Python says True; a code_i answer graded correct for it)
+IDENTITY = {
+    "object_eq": "def f(a, b):\n    return object.__eq__(a, b) == True",
+    "object_ne": "def f(a, b):\n    return object.__ne__(a, b)",
+    "object_hash": "def f(a, b):\n    return object.__hash__(a) == object.__hash__(b)",
+    "object_repr": "def f(a, b):\n    return object.__repr__(a)[-6:]",
+    "own_class_slot": "class C:\n    pass\n\ndef f(a, b):\n    return C.__eq__(a, b)",
+    "operator_is": "import operator\n\ndef f(a, b):\n    return operator.is_(a, b)",
+    "from_operator": "from operator import is_not\n\ndef f(a, b):\n    return is_not(a, b)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(IDENTITY))
+def test_identity_through_object_slots_or_operator_is_refused(name):
+    reason = refused("code_o", {"program": IDENTITY[name], "input": "1000, 1000"})
+    assert "identity" in reason or "banned" in reason, reason
+
+
+def test_defining_and_comparing_with_the_ordinary_slots_still_runs():
+    program = ("class P:\n    def __init__(self, x):\n        self.x = x\n"
+               "    def __eq__(self, other):\n        return self.x == other.x\n"
+               "    def __hash__(self):\n        return self.x\n"
+               "    def __repr__(self):\n        return f'P({self.x})'\n\n"
+               "def f(a, b):\n    return [P(a) == P(b), P(a) != P(b), len({P(a), P(b)}), "
+               "repr(P(a)), str(P(b))]")
+    assert validated("code_o", {"program": program, "input": "1000, 1000"})["output"] == \
+        "[True, False, 1, 'P(1000)', 'P(1000)']"
+
+
+# -------------------- the sandbox's world is not a gold: names only site.py adds, addresses
+
+# the sandbox's interpreters start without site.py, which adds these to builtins in stock Python:
+# `copyright` raised NameError in f and the except branch made the gold (round 12 A04)
+@pytest.mark.parametrize("name", ["copyright", "credits", "license", "help"])
+def test_names_only_site_adds_are_refused(name):
+    program = (f"def f(x):\n    try:\n        {name}\n        return x\n"
+               "    except NameError:\n        return -x")
+    assert "banned name" in refused("code_o", {"program": program, "input": "5"})
+
+
+def test_an_address_read_from_an_array_is_refused():
+    """Round 12 A05: the low bits of a buffer's address are the same in every zygote of both
+    families (valid 5/5) and differ from stock Python's: a gold no one can derive."""
+    program = ("import array\ndef f(x):\n"
+               "    return x + array.array('b', [1] * 100).buffer_info()[0] % 4096")
+    assert "banned attribute" in refused("code_o", {"program": program, "input": "3"})
+
+
+# ------------------------- a module is never a value: read with Python's own scopes
+
+def grade_code_f(program, inputs, answers):
+    problem = validated("code_f", {"program": program, "inputs": inputs, "message": "m"})
+    return verify.grade("code_f", [dict(problem, answer=a) for a in answers])
+
+
+def test_a_code_f_students_parameter_may_share_a_teachers_import_name():
+    """Round 12 A01: the teacher's imports line and the student's program are screened as one
+    text, and a parameter named `string` (or `x`, with `import math as x`) read as "the module
+    string used as a value": every right student program graded invalid, not void."""
+    teacher = "import math as x\nimport string\n\ndef f(s):\n    return s[::-1] + str(len(s))"
+    graded = grade_code_f(teacher, [repr("abcdefghijk"[:n]) for n in range(1, 11)], [
+        "def f(x):\n    return x[::-1] + str(len(x))",
+        "def f(string):\n    return string[::-1] + str(len(string))",
+        "def f(s):\n    return [c for string in [s] for c in string[::-1]] and "
+        "s[::-1] + str(len(s))",
+        "def f(string):\n    def g():\n        return string[::-1]\n"
+        "    class C:\n        def m(self):\n            return str(len(string))\n"
+        "    return (lambda x=string: g() + C().m())()",
+        teacher])
+    assert [g["correct"] for g in graded] == [True] * 5, graded
+
+
+def test_an_import_named_f_is_refused():
+    """Round 12 A01's variant: `import math as f` then `def f(n)`: the imports line before a
+    code_f student's program made every recursive student f "the module f used as a value"."""
+    teacher = "import math as f\n\ndef f(n):\n    return n * 2"
+    reason = refused("code_f", {"program": teacher, "inputs": [str(n) for n in range(10)],
+                                "message": "m"})
+    assert "binds f" in reason, reason
+
+
+# where Python reads the name as the module, it is still refused: at module level, in a function
+# that does not bind it, in a default or a decorator (the enclosing scope's), in a class body
+# (which reads globals when its own name is not set yet), after `global`
+MODULE_VALUES = {
+    "module_level": "import string\nS = string\n\ndef f(x):\n    return x",
+    "free_in_f": "import string\n\ndef f(x):\n    s = string\n    return x",
+    "default_of_a_param_named_alike": ("import string\n\ndef f(x):\n"
+                                       "    def g(string=string):\n        return 1\n"
+                                       "    return x + g()"),
+    "class_body": ("import string\n\nclass C:\n    s = string\n    string = 1\n\n"
+                   "def f(x):\n    return x"),
+    "global_declared": ("import string\n\ndef f(x):\n    global string\n    s = string\n"
+                        "    return x"),
+    "lambda_default": "import string\n\ndef f(x):\n    g = lambda string=string: 1\n    return x",
+    "nested_global": ("import string\n\ndef f(string):\n    def g():\n        global string\n"
+                      "        return string\n    return g"),
+    "class_in_a_function": ("import string\n\ndef f(string):\n    class C:\n"
+                            "        s = string\n        string = 1\n    return 1"),
+    "walrus_does_not_shield": "import string\n\ndef f(x):\n    (string := 1)\n    return string",
+    "comprehension_outer_iterable": ("import string\n\ndef f(x):\n"
+                                     "    return [string for string in [string]] and x"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_VALUES))
+def test_a_module_read_as_a_value_is_still_refused(name):
+    reason = refused("code_o", {"program": MODULE_VALUES[name], "input": "1"})
+    assert "used as a value" in reason, reason
