@@ -122,7 +122,8 @@ MODULE_VALUES = {
                       "        return string\n    return g"),
     "class_in_a_function": ("import string\n\ndef f(string):\n    class C:\n"
                             "        s = string\n        string = 1\n    return 1"),
-    "walrus_does_not_shield": "import string\n\ndef f(x):\n    (string := 1)\n    return string",
+    "walrus_in_a_class_body": ("import string\n\ndef f(string):\n    class C:\n"
+                               "        y = (string := 1)\n        z = [string]\n    return 1"),
     "comprehension_outer_iterable": ("import string\n\ndef f(x):\n"
                                      "    return [string for string in [string]] and x"),
 }
@@ -132,3 +133,63 @@ MODULE_VALUES = {
 def test_a_module_read_as_a_value_is_still_refused(name):
     reason = refused("code_o", {"program": MODULE_VALUES[name], "input": "1"})
     assert "used as a value" in reason, reason
+
+
+def _random_scopes(rng, depth, indent):
+    """A block of statements nesting defs, lambdas, classes and comprehensions that bind, read,
+    import, or declare the name `s` in every way Python allows (some blocks do not compile)."""
+    def expr(d):
+        forms = ["s", "x", "1", "[s for s in [{}]]", "[{} for x in [{}]]",
+                 "(lambda s={}: {})()", "(lambda x: {})(1)", "(s := {})", "[{}, {}]"]
+        form = rng.choice(forms[:3] if d <= 0 else forms)
+        return form.format(*[expr(d - 1) for _ in range(form.count("{}"))])
+    pad, lines = " " * indent, []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.randrange(11 if depth > 0 else 9)
+        if kind == 9:
+            params = rng.choice(["s", "x", "s=s", "x=s", "*s", "x, s"])
+            lines.append(f"{pad}@(lambda g: g)\n{pad}def g({params}):\n"
+                         + _random_scopes(rng, depth - 1, indent + 4))
+        elif kind == 10:
+            lines.append(f"{pad}class C:\n" + _random_scopes(rng, depth - 1, indent + 4))
+        else:
+            lines.append(pad + [
+                "global s", "nonlocal s" if indent else "pass", f"s = {expr(2)}",
+                "import string as s", "for s in [1]: pass", "del s", f"y = {expr(3)}",
+                f"y = {expr(3)}", "try: pass\n" + pad + "except Exception as s: pass"][kind])
+    return "\n".join(lines)
+
+
+def test_own_reads_agree_with_the_compiler():
+    """screen._own_reads may call a read of a module's name the function's own only where
+    CPython's compiler reads it as a local or a closure cell (never LOAD_GLOBAL / LOAD_NAME,
+    which reach the module): random programs of nested scopes, compared read by read."""
+    import ast
+    import dis
+    import random
+    import types
+
+    import screen
+    rng, checked = random.Random(12), 0
+    for _ in range(400):
+        text = "import string as s\n" + _random_scopes(rng, 3, 0) + "\n"
+        try:
+            code = compile(text, "<p>", "exec")
+        except SyntaxError:
+            continue
+        ops, codes = {}, [code]
+        while codes:
+            for ins in dis.get_instructions(codes.pop()):
+                if ins.argval == "s" and ins.opname.startswith("LOAD"):
+                    where = (ins.positions.lineno, ins.positions.col_offset)
+                    ops.setdefault(where, set()).add(ins.opname)
+                elif isinstance(ins.argval, types.CodeType):
+                    codes.append(ins.argval)
+        tree = ast.parse(text)
+        own = screen._own_reads(tree, {"s"})
+        for node in ast.walk(tree):
+            if id(node) in own and type(node.ctx) is ast.Load:
+                checked += 1
+                read = ops.get((node.lineno, node.col_offset), {"none"})
+                assert read <= {"LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF"}, (read, text)
+    assert checked > 100, checked
