@@ -88,7 +88,8 @@ def test_a_program_that_reaches_the_lookup_gets_a_name_not_a_frame(no_screen):
     name alone: no other frame attribute, no way to the real function (kept as a default, which
     the audit hook refuses to read), no frame beyond the stack."""
     lookup = "import typing\ndef f(x):\n    return "
-    assert sandboxed(lookup + "typing.sys._getframe(x).f_globals", "0") == "{'__name__': '__main__'}"
+    names = sandboxed(lookup + "typing.sys._getframe(x).f_globals", "0")
+    assert names == "{'__name__': '__main__'}"
     for attribute in ("f_back", "f_locals", "f_code", "f_lineno"):
         assert sandboxed(lookup + f"typing.sys._getframe(x).{attribute}", "1") == \
             "ERR AttributeError"
