@@ -1,0 +1,99 @@
+"""Red team round 12a, A03/A10: the standard library asks sys._getframe for its caller's module
+name (collections.namedtuple, typing's TypeVar, ParamSpec, TypeVarTuple, NewType, TypedDict,
+NamedTuple, and typing's protocol checks), and the model child refused it, so those fell back to
+another name ('collections', 'typing', None) or let a check through that stock Python refuses: a
+gold unlike stock Python's output, whose right answer was graded wrong. Each program here is run
+by validation (screened, in a model child) and by stock python3, and the two must agree; the tests
+with the screen off check that what the library now gets is a module name, never a frame."""
+import subprocess
+import sys
+
+import pytest
+
+import screen
+import verify
+
+# (what a program's f returns, its input): each asks the library for its caller's module name
+NAMED = [
+    ("collections.namedtuple('P', 'a b').__module__ + str(x)", "7"),
+    ("str(collections.namedtuple('Point', 'x y'))[:x]", "30"),
+    ("typing.TypedDict('T', {'a': int}).__module__ * x", "2"),
+    ("str(typing.TypeVar('T').__module__) * x", "1"),
+    ("repr(typing.NewType('UserId', int)) * x", "1"),
+    ("str(typing.ParamSpec('P').__module__) * x", "1"),
+    ("str(typing.TypeVarTuple('Ts').__module__) * x", "1"),
+    ("typing.NamedTuple('N', [('a', int)]).__module__ * x", "1"),
+    ("[str(t.__module__) for t in map(typing.TypeVar, ['A', 'B'])][:x]", "2"),
+]
+HEAD = "import collections, collections.abc, typing\n\n"
+# a protocol not marked runtime_checkable: isinstance on it raises in stock Python (typing asks
+# who called: the program), but a check abc makes on the program's behalf is let through (typing
+# asks who called: abc), so isinstance(1, Sized) works although P subclasses Sized
+PROTOCOL = ("class P(collections.abc.Sized, typing.Protocol):\n"
+            "    def m(self):\n        return 0\n\n")
+
+
+def stock(program, call):
+    """repr of `call` after `program` in stock python3, or "ERR <exception type>"."""
+    code = program + "\nprint(repr(" + call + "))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        return "ERR " + out.stderr.strip().splitlines()[-1].split(":")[0]
+    return out.stdout.strip()
+
+
+def sandboxed(program, inp):
+    """The gold a code_o validation shows for f(inp), or "ERR <exception type>" when f raised."""
+    result = verify.validate("code_o", [{"program": program, "input": inp}])[0]
+    if result["valid"]:
+        return result["output"]
+    # "error: TypeError: ..." (a refusal of the audit hook has its own reason)
+    return "ERR " + result["reason"].removeprefix("error: ").split(":")[0]
+
+
+@pytest.mark.parametrize("n", range(len(NAMED)))
+def test_classes_the_library_makes_are_named_as_in_stock_python(n):
+    body, inp = NAMED[n]
+    program = HEAD + "def f(x):\n    return " + body + "\n"
+    truth = stock(program, f"f({inp})")
+    assert "__main__" in truth, truth
+    assert sandboxed(program, inp) == truth
+
+
+def test_protocol_checks_are_refused_and_let_through_as_in_stock_python():
+    refused = HEAD + PROTOCOL + "def f(x):\n    return isinstance(x, P)\n"
+    through = HEAD + PROTOCOL + ("def f(x):\n    return [isinstance(x, collections.abc.Sized), "
+                                 "isinstance([x], collections.abc.Sized)]\n")
+    assert stock(refused, "f(1)") == "ERR TypeError"
+    assert sandboxed(refused, "1") == "ERR TypeError"
+    assert stock(through, "f(1)") == "[False, True]"
+    assert sandboxed(through, "1") == "[False, True]"
+
+
+def test_the_screen_keeps_programs_from_the_caller_lookup():
+    for program in ("import sys\ndef f(x):\n    return sys._getframe(0)",
+                    "import typing\ndef f(x):\n    return typing.sys._getframe(0)"):
+        with pytest.raises(screen.Invalid):
+            screen.prepare_program(program)
+
+
+@pytest.fixture
+def no_screen(monkeypatch):
+    """The static screen off: programs run as they are (any bypass of it assumed found)."""
+    monkeypatch.setattr(screen, "check", screen.nodes)
+
+
+def test_a_program_that_reaches_the_lookup_gets_a_name_not_a_frame(no_screen):
+    """typing.sys._getframe (the screen refuses the name) gives f_globals with the caller's module
+    name alone: no other frame attribute, no way to the real function (kept as a default, which
+    the audit hook refuses to read), no frame beyond the stack."""
+    lookup = "import typing\ndef f(x):\n    return "
+    names = sandboxed(lookup + "typing.sys._getframe(x).f_globals", "0")
+    assert names == "{'__name__': '__main__'}"
+    for attribute in ("f_back", "f_locals", "f_code", "f_lineno"):
+        assert sandboxed(lookup + f"typing.sys._getframe(x).{attribute}", "1") == \
+            "ERR AttributeError"
+    assert sandboxed(lookup + "typing.sys._getframe(x)", "10 ** 6") == "ERR ValueError"
+    result = verify.validate("code_o", [{"program": lookup + "typing.sys._getframe.__defaults__",
+                                         "input": "1"}])[0]
+    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
