@@ -7,6 +7,8 @@ import base64
 import json
 import os
 import pickle
+import random
+import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +115,69 @@ def test_math_extraction_and_azr_normalisation():
     assert st("\\text{east}") == "" and st("5 m", skip_unit=True) == "5m"
 
 
+# (answer, strip_string, strip_string with skip_unit) as AZR's regex steps gave them (commit
+# 634a100, before the one-pass rewrite)
+NORMALISED = [
+    ('\\frac{1}{2}', '\\frac{1}{2}', '\\frac{1}{2}'), ('27.0', '27', '27'), ('x = 3', '3', '3'),
+    ('10\\%', '10', '10'), ('5 \\text{ cm}', '5', '5'), ('\\text{(C)}', '(C)', '(C)'),
+    ('3.50', '3.50', '3.50'), ('2.000 meters', '2', '2meters'),
+    ('\\begin{array}{cc} 1 & 2 \\end{array}', '\\begin{pmatrix}1&2\\end{pmatrix}',
+     '\\begin{pmatrix}1&2\\end{pmatrix}'),
+    ('\\mbox{ units}12', '12', '12'), ('\\$4.00', '4', '4'), ('.5', '0.5', '0.5'),
+    ('1,000.00', '1,000', '1,000'), ('\\{1, 2\\}', '{1,2}', '{1,2}'),
+    ('(-\\infty, 3]', '(-\\infty,3]', '(-\\infty,3]'),
+    ('x \\in [0, 1]', 'x\\in[0,1]', 'x\\in[0,1]'),
+    ('\\sqrt2', '\\sqrt{2}', '\\sqrt{2}'), ('12 \\text{ inches}', '12', '12'),
+    ('\\text{Monday}', 'Monday', 'Monday'), ('5 \\text{ and } 6', '56', '56'),
+    ('y = 2x + 1', '2x+1', '2x+1'), ('100.', '100', '100'), ('4 apples', '4', '4apples'),
+    ('2j', '2i', '2i'), ('-3.0', '-3', '-3'), ('90^\\circ', '90', '90'),
+    ('\\left[ 1, 2 \\right)', '[1,2)', '[1,2)'), ('k = 3.00', '3', '3'),
+    ('\\text{east}', '', 'east'),
+    ('(2.50, 3.0)', '(2.50,3)', '(2.50,3)'), ('\\frac{7.0}{2}', '\\frac{7}{2}', '\\frac{7}{2}'),
+    ('1.05', '1.05', '1.05'), ('\\text{A}, \\text{B}', 'A,B', 'A,B'),
+]
+
+
+def test_one_pass_normalisation_gives_what_azrs_regexes_give():
+    # ordinary answers: the outputs of the regex version
+    for answer, plain, skip_unit in NORMALISED:
+        assert (G.strip_string(answer), G.strip_string(answer, True)) == (plain, skip_unit), answer
+    # each one-pass step against the regex it replaced, on random strings of what the regexes turn
+    # on (strip_string has removed newlines by then)
+    atoms = ["0", "1", "7", "٣", ".", " ", "x", "}", "{", "\\text{", "\\mbox{", "\\begin{array}{"]
+    rng = random.Random(0)
+    for _ in range(20_000):
+        s = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 12)))
+        unwrapped = G.sub_braced(s, "\\text{", lambda inner: inner)
+        assert unwrapped == re.sub(r"\\text\{(.*?)\}", r"\1", s)
+        assert G.sub_braced(s, "\\mbox{", lambda inner: "") == re.sub(r"\\mbox{.*?}", "", s)
+        pmatrix = G.sub_braced(s, "\\begin{array}{", lambda inner: "\\begin{pmatrix}")
+        assert pmatrix == re.sub(r"\\begin\{array\}\{.*?\}", r"\\begin{pmatrix}", s)
+        assert G.cut_trailing_text(s) == re.sub(r"\\text{.*?}$", "", s)
+        assert G.DECIMAL_ZEROS.sub(r"\1\2", s) == re.sub(r"(\d+)\.0*([^\d])", r"\1\2", s)
+        assert G.DECIMAL_ZEROS_END.sub(r"\1", s) == re.sub(r"(\d+)\.0*$", r"\1", s)
+
+
+def test_degenerate_math_answers_are_normalised_in_linear_time():
+    # answers a model can degenerate into until math_tokens (redteam12b A04): 50,000 characters
+    # each, normalised in a child under a 30 s CPU limit (the kernel's count, not a clock): the
+    # regex version spent 35-40 s on each run of digits alone (quadratic), this one well under a
+    # second on all of them
+    n = 50_000
+    answers = {"1" * n: "1" * n, "1" * n + ".0": "1" * n,
+               "1." + "0" * n + "1": "1." + "0" * n + "1",
+               "(1." + "0" * n + ")": "(1)", "\\text{a" * (n // 7): "\\text{" * (n // 7),
+               "\\mbox{x" * (n // 7): "\\mbox{x" * (n // 7),
+               "\\begin{array}{" * 3570 + "x": "\\begin{pmatrix}{" * 1785 + "x"}
+    child = ("import json, resource, sys\nresource.setrlimit(resource.RLIMIT_CPU, (30, 30))\n"
+             "import graders\n"
+             "print(json.dumps([graders.strip_string(a) for a in json.load(sys.stdin)]))")
+    r = subprocess.run([sys.executable, "-c", child], input=json.dumps(list(answers)), cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"killed ({r.returncode}) or failed: {r.stderr[-500:]}"
+    assert json.loads(r.stdout) == list(answers.values())
+
+
 def test_math_scoring_right_wrong_and_hostile_answers():
     right = [("\\frac{1}{2}", "0.5"), ("27", "27"), ("(3,\\frac{\\pi}{2})", "(3,\\frac{\\pi}{2})"),
              ("[1,3]", "[1, 3]"), ("x^2+2x+1", "(x+1)^2"), ("1000", "1,000")]
@@ -202,6 +267,31 @@ def test_hostile_programs_are_wrong_answers_not_crashes_or_hangs():
     assert [v["correct"] for v in verdicts] == [False] * len(hostile) + [True], verdicts
     assert all(v["reason"] for v in verdicts[:-1])
     assert time.monotonic() - start < 120
+
+
+# a result line the program forges (redteam12b A03): it writes to the harness's real stdout and
+# fills its own past the 1 MiB cap, so the harness's line is lost; its numbers are past float's
+# range: an output's number, an input's time, the run's wall time, times whose sum is
+FORGED_FIELDS = ['{"outs": [{"h": "0", "n": ["float:n", [10 ** 400]]}] * n, "times": [0.0] * n, '
+                 '"wall": 0.0}',
+                 '{"outs": [{"h": "0"}] * n, "times": [10 ** 400] * n, "wall": 0.0}',
+                 '{"outs": [{"h": "0"}] * n, "times": [0.0] * n, "wall": 10 ** 400}',
+                 '{"outs": [{"h": "0"}] * n, "times": [10 ** 308] * n, "wall": 0.0}']
+
+
+def test_forged_result_lines_out_of_float_range_fail_that_program_alone():
+    items = E.load_benchmark("humanevalplus", FIX)   # items[1]: truncate_number, a float output
+    forged = []
+    for fields in FORGED_FIELDS:
+        forged.append("import json, sys\ndef truncate_number(number):\n"
+                      "    harness = sys._getframe(1).f_locals\n    n = len(harness['cases'])\n"
+                      f"    line = dict({fields}, error='')\n"
+                      f"    harness['real_out'].write({G.MARK!r} + json.dumps(line) + '\\n')\n"
+                      "    harness['real_out'].write('x' * (1 << 21))\n    return number % 1.0\n")
+    programs = [(1, code) for code in forged] + [(1, items[1]["canonical"])]
+    verdicts = E.score("humanevalplus", items, programs, CFG)
+    assert [v["correct"] for v in verdicts] == [False] * len(forged) + [True], verdicts
+    assert all("malformed result" in v["reason"] for v in verdicts[:-1]), verdicts
 
 
 LCB_PROGRAMS = [   # (fixture item, program, passes?)
