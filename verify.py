@@ -360,6 +360,7 @@ def _call_f(entries, families, timeout):
                           "zygote": e.get("zygote", 0)})
         owners.append(n)
     failed, where = {}, {}
+    # not _slim: these values become arguments (_fill_arguments sizes them first)
     runs = _run(first)
     for n, chunk in zip(owners, _per_entry(entries, owners, families, runs)):
         # step 2 runs where step 1 did, run for run (red team round 12a, A08)
@@ -367,6 +368,7 @@ def _call_f(entries, families, timeout):
         error = _fill_arguments(entries[n], chunk)
         if error:
             failed[n] = _step_failed(chunk, error)
+    # step 1's values, but those kept as arguments, are not held through step 2
     del runs
     second, owners = [], []
     for n, e in enumerate(entries):
@@ -713,12 +715,16 @@ def _attempt(task, a, seen):
 def _teacher_as_written(a, program, seen):
     """A code_i problem's input run as written, `f(<input>)`, when plain data may not carry it (see
     _proposal; as every such answer is run: _as_written) -> [that call] or [], worked out once per
-    problem of a batch (`seen`). Raises Invalid."""
+    problem of a batch (`seen`)."""
     key = ("as written", a["program"], a["input"])
     if key not in seen:
         seen[key] = []
-        if _not_plain(_arguments_entry(program, program, [a["input"]], [None])):
-            seen[key] = [_as_written_call(a["input"])]
+        # an input the screen now refuses: so is that answer, which is then not run as written
+        try:
+            if _not_plain(_arguments_entry(program, program, [a["input"]], [None])):
+                seen[key] = [_as_written_call(a["input"])]
+        except Invalid:
+            pass
     return seen[key]
 
 
