@@ -75,6 +75,17 @@ N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the
 MIN_PASTED = 8           # an input this long or longer must not appear verbatim in the program
 MAX_INPUTS = 64          # inputs of a code_f problem
 MAX_REPR = 2000          # chars of an output repr (AZR truncates at 400 instead)
+# [ours] what one item may cost the parent (red team round 12b, A01/A05/A06): the inputs of a
+# proposal together (train.py keeps N_INPUTS, each under screen.MAX_INPUT, so never more), and the
+# argument lists one proposal or code_i answer makes, in the encoding's units (a value each, 16
+# chars of text one more: a list of 16,000 small items is ~3 MB of parsed JSON here)
+MAX_INPUTS_CHARS = N_INPUTS * screen.MAX_INPUT
+MAX_ARG_UNITS = 1 << 14
+# a run whose values together take more units than this is kept as their JSON text (~18 times
+# smaller than the parsed lists), parsed again one value at a time where a value is compared
+MAX_KEPT_UNITS = 1 << 12
+# the error of a run pinned to a zygote that has been replaced since (sandbox.run)
+LOST = "its zygote is gone"
 
 # ------------------------------------------------------------------------------------------ prompts
 
@@ -224,6 +235,9 @@ def _proposal(task, p):
         inputs = p["inputs"]
         if not N_INPUTS <= len(inputs) <= MAX_INPUTS or not all(isinstance(x, str) for x in inputs):
             raise Invalid(f"need {N_INPUTS} inputs (at most {MAX_INPUTS})")
+        # before any parsing: 64 inputs at their own cap cost ~3 s of this process's CPU
+        if sum(map(len, inputs)) > MAX_INPUTS_CHARS:
+            raise Invalid(f"inputs too long together (more than {MAX_INPUTS_CHARS} chars)")
         program_words = " ".join(p["program"].split())
         if not p["message"].strip() or program_words in " ".join(p["message"].split()):
             raise Invalid("message is empty or contains the program")
@@ -244,14 +258,47 @@ def _proposal(task, p):
         entry["args"].append(encoding)
         if pack is not None:
             entry["packs"].append((k, pack))
+    _check_arguments(entry["args"])
     # f gets plain data, rebuilt: what Python passes it that plain data cannot carry (two names for
     # one list, a set's order, a defaultdict's factory, what an input's own call of f changed)
     # would make the shown output differ from the one a student derives from the input's text. So
     # an input that is not a literal, or holds a set, is also run as written, `f(<input>)` in a
     # child of its own, which must agree (red team round 9, A01-A03)
     if _not_plain(entry):
-        entry["natural"] = [screen.compiled(f"f(\n{x}\n)", "eval") for x in inputs]
+        entry["natural"] = [_as_written_call(x) for x in inputs]
     return entry
+
+
+def _as_written_call(text):
+    """The call `f(<text>)` of an input or answer as written (compiled from the screened tree).
+    Raises Invalid."""
+    return screen.compiled(f"f(\n{text}\n)", "eval")
+
+
+def _units_over(encodings, limit):
+    """Do the encodings together take more than `limit` units (encoding.py's: a list is one, 16
+    chars of a string one more)? Looks at no more than ~limit nodes."""
+    stack, units = list(encodings), 0
+    while stack:
+        node = stack.pop()
+        if type(node) is list:
+            units += 1
+            # each item at least a unit
+            if len(node) > limit:
+                return True
+            stack.extend(node)
+        elif type(node) is str:
+            units += len(node) >> 4
+        if units > limit:
+            return True
+    return False
+
+
+def _check_arguments(args):
+    """Raise Invalid when an item's argument lists (encodings; None for one not known yet) are too
+    large together: a 20-char pack can make 64,000 units, which every run of the item sends back."""
+    if _units_over([a for a in args if a is not None], MAX_ARG_UNITS):
+        raise Invalid(f"input too large (its arguments take more than {MAX_ARG_UNITS} units)")
 
 
 def _not_plain(entry):
@@ -260,11 +307,12 @@ def _not_plain(entry):
     return bool(entry["packs"]) or any(_holds_a_set(encoding) for encoding in entry["args"])
 
 
-def _as_written_job(code, calls, timeout):
+def _as_written_job(code, calls, timeout, zygote):
     """The sandbox job that runs `calls` (`f(<input>)` as written) with the program `code`, in a
-    child of its own."""
+    child of its own, of the zygote where the run it is compared with ran (red team round 12a,
+    A08: elsewhere a per-zygote bit of f made an exact right answer wrong)."""
     return {"code": screen.compiled(code), "calls": calls, "family": None, "timeout": timeout,
-            "audit": True}
+            "audit": True, "zygote": zygote}
 
 
 def _holds_a_set(encoding):
@@ -311,26 +359,86 @@ def _call_f(entries, families, timeout):
                           "family": family, "timeout": timeout, "audit": True,
                           "zygote": e.get("zygote", 0)})
         owners.append(n)
-    failed = {}
-    runs = sandbox.run(first)
+    failed, where = {}, {}
+    # not _slim: these values become arguments (_fill_arguments sizes them first)
+    runs = _run(first)
     for n, chunk in zip(owners, _per_entry(entries, owners, families, runs)):
+        # step 2 runs where step 1 did, run for run (red team round 12a, A08)
+        where[n] = [run["zygote"] for run in chunk]
         error = _fill_arguments(entries[n], chunk)
         if error:
-            failed[n] = sandbox.failed(error)
+            failed[n] = _step_failed(chunk, error)
+    # step 1's values, but those kept as arguments, are not held through step 2
+    del runs
     second, owners = [], []
     for n, e in enumerate(entries):
         if n in failed:
             continue
-        for family in e.get("families", families):
+        for j, family in enumerate(e.get("families", families)):
+            zygote = e.get("zygote", 0)
+            if n in where:
+                zygote = where[n][j]
             second.append({"code": screen.compiled(e["code"]), "args": e["args"],
                            "family": family, "timeout": timeout, "audit": True,
-                           "zygote": e.get("zygote", 0)})
+                           "zygote": zygote})
         owners.append(n)
-    runs = sandbox.run(second)
+    runs = _slim(_run(second))
     out = dict(zip(owners, _per_entry(entries, owners, families, runs)))
     for n, run in failed.items():
         out[n] = [run] * len(entries[n].get("families", families))
     return [out[n] for n in range(len(entries))]
+
+
+def _step_failed(chunk, error):
+    """The run that stands for an entry whose step 1 failed with `error`: the sandbox's own result
+    when a run's zygote was gone (see _lost), else a failure where its first run was made."""
+    for run in chunk:
+        if _lost(run):
+            return run
+    return dict(sandbox.failed(error), zygote=chunk[0]["zygote"])
+
+
+def _lost(run):
+    """Did a run fail because the zygote it was pinned to had been replaced? Only the sandbox says
+    so (zygote 0); a child's own failure names its zygote, whatever its text."""
+    return not run["ok"] and not run.get("zygote") and run["error"] == LOST
+
+
+def _run(jobs):
+    """sandbox.run, with a MemoryError here (reading answer lines) failing the jobs, not the batch:
+    the jobs are run again in halves, and a job that alone runs this process out of memory fails
+    alone."""
+    try:
+        return sandbox.run(jobs)
+    except MemoryError:
+        if len(jobs) <= 1:
+            return [sandbox.failed("out of memory reading the result") for _ in jobs]
+    half = len(jobs) // 2
+    return _run(jobs[:half]) + _run(jobs[half:])
+
+
+def _slim(runs):
+    """Runs (in place) whose values together take more than MAX_KEPT_UNITS keep each value as
+    ("json", its compact JSON text, whether its repr could fit MAX_REPR chars): what is judged
+    of them is equality (same text, same data) and, one value at a time, == with a gold (_tree). A
+    batch keeps ~1 MB per such run, not the ~13 MB its parsed lists took (red team round 12b,
+    A06/A10: 32 proposals of 50 chars ran this process out of memory)."""
+    for n, run in enumerate(runs):
+        if not run["ok"] or not _units_over(run["values"], MAX_KEPT_UNITS):
+            continue
+        try:
+            run["values"] = [("json", json.dumps(v, separators=(",", ":")),
+                              repr_fits(v, MAX_REPR)) for v in run["values"]]
+        except (ValueError, TypeError, RecursionError, MemoryError):
+            runs[n] = dict(sandbox.failed("malformed result"), zygote=run["zygote"])
+    return runs
+
+
+def _tree(value):
+    """A run's value as JSON data: parsed again if _slim kept it as text."""
+    if type(value) is tuple:
+        return json.loads(value[1])
+    return value
 
 
 def _per_entry(entries, owners, families, runs):
@@ -355,6 +463,11 @@ def _fill_arguments(entry, runs):
             return "non-deterministic: the input evaluates differently in two runs"
     except RecursionError:
         return "malformed result"
+    # sized before anything decodes them; one too large is never kept
+    try:
+        _check_arguments(entry["args"] + runs[0]["values"])
+    except Invalid as e:
+        return str(e)
     for (k, _), value in zip(entry["packs"], runs[0]["values"]):
         if not _argument_list(value):
             return "the input is not an argument list of plain values"
@@ -373,14 +486,17 @@ def _argument_list(value):
     return all(type(key) is str and key.isidentifier() for key in kwargs)
 
 
-def _validity(task, a, b, entry):
-    """The verdict on a proposal's two runs (decided here, on what the children sent) -> result
-    keys. The outputs students see are the reprs of the decoded golds, made here; "args" are the
-    argument lists f was called on (grading calls f on these again, never re-evaluating an
-    input's text)."""
+def _validity(task, a, b, entry, written):
+    """The verdict on a proposal's two runs and its run as written (or None: see _proposal),
+    decided here, on what the children sent -> result keys. The outputs students see are the
+    reprs of the decoded golds, made here; "args" are the argument lists f was called on (grading
+    calls f on these again, never re-evaluating an input's text)."""
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
-    # plain JSON data from both: == is safe
+    if written is not None and written["values"] != a["values"]:
+        return {"reason": "the input does not reach f as Python would pass it (f on it as "
+                          "written: " + (written["error"] or "another value") + ")"}
+    # plain JSON data from both (or its text: _slim): == is safe
     if a["values"] != b["values"]:
         return {"reason": "non-deterministic: two runs with different hash seeds disagree"}
     shown = []
@@ -394,10 +510,11 @@ def _validity(task, a, b, entry):
     why = _unanswerable(task, entry, shown, a["values"])
     if why:
         return {"reason": why}
+    gold = [_tree(value) for value in a["values"]]
     if task == "code_f":
-        return {"valid": True, "reason": "valid", "outputs": shown, "gold": a["values"],
+        return {"valid": True, "reason": "valid", "outputs": shown, "gold": gold,
                 "args": entry["args"]}
-    return {"valid": True, "reason": "valid", "output": shown[0], "gold": a["values"][0],
+    return {"valid": True, "reason": "valid", "output": shown[0], "gold": gold[0],
             "args": entry["args"]}
 
 
@@ -464,20 +581,18 @@ def validate(task, proposals, timeout=5.0):
                 owners.append(i)
             except Invalid as e:
                 results[i]["reason"] = str(e)
+            except MemoryError:
+                results[i]["reason"] = "error: out of memory reading the proposal"
         runs = _call_f(entries, (0, 1), timeout)
-        natural = [e for e in entries if e["natural"]]
-        as_written = sandbox.run([_as_written_job(e["code"], e["natural"], timeout)
-                                  for e in natural])
-        as_written = dict(zip(map(id, natural), as_written))
+        natural = [(entry, a) for entry, (a, b) in zip(entries, runs)
+                   if entry["natural"] and a["ok"] and b["ok"]]
+        as_written = _slim(_run([_as_written_job(e["code"], e["natural"], timeout, a["zygote"])
+                                 for e, a in natural]))
+        as_written = dict(zip([id(e) for e, _ in natural], as_written))
     for i, entry, (a, b) in zip(owners, entries, runs):
-        written = as_written.get(id(entry))
-        if written is not None and a["ok"] and b["ok"] and written["values"] != a["values"]:
-            results[i]["reason"] = ("the input does not reach f as Python would pass it (f on it "
-                                    "as written: " + (written["error"] or "another value") + ")")
-            continue
         try:
-            results[i].update(_validity(task, a, b, entry))
-        # what a child sent does not parse: this item fails, alone
+            results[i].update(_validity(task, a, b, entry, as_written.get(id(entry))))
+        # what a child sent does not parse, or it does not fit in memory: this item fails, alone
         except (ValueError, RecursionError, MemoryError):
             results[i]["reason"] = "error: malformed result"
     return results
@@ -590,9 +705,27 @@ def _attempt(task, a, seen):
                "audit": True}
         return job, None, slice(0, 1), [a["gold"]], check
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
-    # and only call of f in its child)
+    # and only call of f in its child); the check runs the teacher's input as any answer is run
     entry = _arguments_entry(program, program, [a["answer"]], [None])
+    _check_arguments(entry["args"])
+    check["natural"] = _teacher_as_written(a, program, seen)
     return entry, None, slice(0, 1), [a["gold"]], check
+
+
+def _teacher_as_written(a, program, seen):
+    """A code_i problem's input run as written, `f(<input>)`, when plain data may not carry it (see
+    _proposal; as every such answer is run: _as_written) -> [that call] or [], worked out once per
+    problem of a batch (`seen`)."""
+    key = ("as written", a["program"], a["input"])
+    if key not in seen:
+        seen[key] = []
+        # an input the screen now refuses: so is that answer, which is then not run as written
+        try:
+            if _not_plain(_arguments_entry(program, program, [a["input"]], [None])):
+                seen[key] = [_as_written_call(a["input"])]
+        except Invalid:
+            pass
+    return seen[key]
 
 
 def _problem_key(a):
@@ -637,6 +770,9 @@ def grade(task, attempts, timeout=5.0):
                 if not str(e).startswith("bad request"):
                     results[i]["reason"] = f"invalid answer: {e}"
                 continue
+            except MemoryError:
+                results[i]["reason"] = "error: out of memory reading the answer"
+                continue
             key = _problem_key(a)
             if key not in checks:
                 full = a["gold"]
@@ -649,7 +785,7 @@ def grade(task, attempts, timeout=5.0):
                 jobs.append((i, dict(work, timeout=timeout), compared, gold, key))
             else:
                 entries.append((i, work, compared, gold, key))
-        runs = sandbox.run([job for _, job, _, _, _ in jobs])
+        runs = _slim(_run([job for _, job, _, _, _ in jobs]))
         done += [(i, run, c, g, key) for (i, _, c, g, key), run in zip(jobs, runs)]
         # code_o: the checks in both families, beside the attempts; code_i and code_f: after them,
         # where they ran (a per-zygote bit, the stack room or an address, that both families and a
@@ -665,13 +801,17 @@ def grade(task, attempts, timeout=5.0):
         if task != "code_o":
             owners, check_runs = _pinned_checks(checks, done, timeout)
         if task == "code_i":
-            written = _as_written(attempts, entries, timeout)
+            written = _as_written(attempts, entries, done, timeout)
     void = set()
     for key, runs_of in zip(owners, check_runs):
         _, compared, gold = checks[key]
         if not all(_matches(run, compared, gold) for run in runs_of):
             void.add(key)
     for i, run, compared, gold, key in done:
+        # one of its runs could not go where the others ran: this attempt decides nothing
+        if _lost(run) or _lost(written.get(i, run)):
+            results[i].update(void=True, reason="void: its zygote was replaced between its runs")
+            continue
         if not run["ok"]:
             results[i]["reason"] = "error: " + run["error"]
             continue
@@ -692,21 +832,24 @@ def grade(task, attempts, timeout=5.0):
     return results
 
 
-def _as_written(attempts, entries, timeout):
+def _as_written(attempts, entries, done, timeout):
     """code_i answers that are not literals or hold a set (see _proposal), each run as written,
-    `f(<answer>)` in a child of its own -> {attempt number: run}: such an answer is correct only if
-    f on it as Python passes it gives the gold too (`[[0]] * 2` is two names for one list)."""
+    `f(<answer>)` in a child of its own, of the zygote where f ran on it as plain data (`done`:
+    grade's runs) -> {attempt number: run}: such an answer is correct only if f on it as Python
+    passes it gives the gold too (`[[0]] * 2` is two names for one list)."""
+    ran = {i: run for i, run, _, _, _ in done}
     owners, jobs = [], []
     for i, e, _, _, _ in entries:
-        if not _not_plain(e):
+        # one that failed as plain data is wrong (or void) already
+        if not _not_plain(e) or not ran[i]["ok"]:
             continue
         try:
-            call = screen.compiled(f"f(\n{attempts[i]['answer']}\n)", "eval")
+            call = _as_written_call(attempts[i]["answer"])
         except Invalid:
             continue
-        jobs.append(_as_written_job(e["code"], [call], timeout))
+        jobs.append(_as_written_job(e["code"], [call], timeout, ran[i]["zygote"]))
         owners.append(i)
-    return dict(zip(owners, sandbox.run(jobs)))
+    return dict(zip(owners, _slim(_run(jobs))))
 
 
 def _pinned_checks(checks, done, timeout):
@@ -730,6 +873,17 @@ def _pinned_checks(checks, done, timeout):
     again = _call_f([dict(work[n], families=(0, 1), zygote=0) for n in lost], (None,), timeout)
     for n, runs_of in zip(lost, again):
         runs[n] = runs_of
+    # code_i: and as written where plain data may not carry the input, in each zygote it ran in
+    # as plain data, as every such answer is run (_as_written)
+    jobs, owners_of = [], []
+    for n, runs_of in enumerate(runs):
+        for run in runs_of:
+            if work[n].get("natural") and run["ok"]:
+                jobs.append(_as_written_job(work[n]["code"], work[n]["natural"], timeout,
+                                            run["zygote"]))
+                owners_of.append(n)
+    for n, run in zip(owners_of, _slim(_run(jobs))):
+        runs[n] = runs[n] + [run]
     return owners, runs
 
 
@@ -752,7 +906,10 @@ def shown_output(encoding, modules):
     a NaN Decimal, a defaultdict's factory, a Counter without collections imported, ...; or when it
     is longer than MAX_REPR chars or not valid UTF-8 text."""
     # [ours] bounded first: decoding and repr of a 60,000-item value cost the parent ~0.5 s, which
-    # a 50-char program can ask for with every proposal
+    # a 50-char program can ask for with every proposal (a value kept as text was sized before)
+    if type(encoding) is tuple and not encoding[2]:
+        raise Invalid(f"output repr longer than {MAX_REPR} chars")
+    encoding = _tree(encoding)
     if not repr_fits(encoding, MAX_REPR):
         raise Invalid(f"output repr longer than {MAX_REPR} chars")
     try:
@@ -826,7 +983,7 @@ def equal(gold, encoding):
     set order ignored, 1 == 1.0 == True, Counter == dict, list != tuple, nan != nan, -0.0 == 0.0).
     False for anything malformed."""
     try:
-        return bool(decode(gold) == decode(encoding))
+        return bool(decode(_tree(gold)) == decode(_tree(encoding)))
     except (ValueError, ArithmeticError, RecursionError, MemoryError, TypeError):
         return False
 
