@@ -534,16 +534,21 @@ def _allowed_attribute(module, attr):
         raise Invalid(f"banned attribute: {module}.{attr}")
 
 
-def _module_of(node, modules):
-    """The allowed module an expression is (`collections`, `collections.abc`, `re.enum`), or
-    None."""
+def _module_of(node, modules, known):
+    """The allowed module an expression is (`collections`, `collections.abc`, `re.enum`), or None.
+    known: {id(node): its answer} for the nodes asked about already (a chain of attributes is asked
+    about at every link: n links cost n^2 / 2 steps without it, red team round 13, A01)."""
+    if id(node) in known:
+        return known[id(node)]
+    module = None
     if type(node) is ast.Name:
-        return modules.get(node.id)
-    if type(node) is ast.Attribute:
-        outer = _module_of(node.value, modules)
+        module = modules.get(node.id)
+    elif type(node) is ast.Attribute:
+        outer = _module_of(node.value, modules, known)
         if outer is not None:
-            return SUBMODULES[outer].get(node.attr)
-    return None
+            module = SUBMODULES[outer].get(node.attr)
+    known[id(node)] = module
+    return module
 
 
 def _check_uses(found, imported, bound, modules, direct, decorators, enums):
@@ -552,7 +557,7 @@ def _check_uses(found, imported, bound, modules, direct, decorators, enums):
     wraps other than as a def's one-argument decorator, a class pattern reading attributes by
     __match_args__, str.format of text made at run time, the enum functional API, and
     monkey-patching."""
-    own = set()
+    own, known = set(), {}
     for node in found:
         kind = type(node)
         if kind is ast.Name:
@@ -582,7 +587,7 @@ def _check_uses(found, imported, bound, modules, direct, decorators, enums):
                 if not constant:
                     raise Invalid(f"{node.attr} only on a constant string")
                 _format_fields(node.value.value)
-            module = _module_of(node.value, modules)
+            module = _module_of(node.value, modules, known)
             if module is not None:
                 _allowed_attribute(module, node.attr)
                 if node.attr in SUBMODULES[module] and id(node) not in direct:
