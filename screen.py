@@ -437,7 +437,7 @@ def _bindings(found):
     `x.attr`, ids of the callees of the one-argument calls that decorate a def, the names of enum
     classes: ENUM_CLASSES and the program's classes derived from one)."""
     imported, bound, modules, direct, decorators = set(), set(), {}, set(), set()
-    decorating, classes = set(), []
+    decorating, classes, sources = set(), [], {}
     # exact types (ast.parse output), most frequent first
     for node in found:
         kind = type(node)
@@ -464,6 +464,7 @@ def _bindings(found):
             for alias in node.names:
                 _allowed_module(alias.name)
                 name = alias.asname or alias.name.split(".")[0]
+                _one_source(sources, name, alias.name if alias.asname else name)
                 imported.add(name)
                 modules[name] = alias.name
                 if not alias.asname:
@@ -476,6 +477,7 @@ def _bindings(found):
                 _allowed_attribute(node.module, alias.name)
                 if alias.name in DECORATOR_ONLY and alias.asname not in (None, alias.name):
                     raise Invalid(f"{alias.name} imported under another name")
+                _one_source(sources, alias.asname or alias.name, f"{node.module}.{alias.name}")
                 imported.add(alias.asname or alias.name)
                 if alias.name in SUBMODULES[node.module]:
                     modules[alias.asname or alias.name] = SUBMODULES[node.module][alias.name]
@@ -532,6 +534,15 @@ def _allowed_attribute(module, attr):
         raise Invalid(f"from {module} import *")
     if attr.startswith("_") or attr in LEAKS[module] or attr in BANNED_ATTRS:
         raise Invalid(f"banned attribute: {module}.{attr}")
+
+
+def _one_source(sources, name, source):
+    """Raise Invalid when `name` was imported before as something else: the screen reads a name
+    as one module (or attribute) for the whole program, where Python binds whichever import ran
+    last in each scope (red team round 13, A10: `import json as x` then `import enum as x`, and
+    `x.bltns.getattr`, screened as json's attribute, was builtins' getattr)."""
+    if sources.setdefault(name, source) != source:
+        raise Invalid(f"{name} imported as two things ({sources[name]}, {source})")
 
 
 def _module_of(node, modules, known):
@@ -807,6 +818,23 @@ def prepare_program(program):
     Invalid."""
     program, imports, _ = prepare(program)
     return program, imports
+
+
+def imports_for(imports, program):
+    """A teacher's imports line less every import of a name `program` (a code_f student's)
+    binds anywhere, itself included: the line runs before the student's program, and a name the
+    teacher imports as a module but never uses (`import math as g, math as memo`) made the
+    student's own helper g or table memo "a module used as a value" (red team round 13, A05).
+    Where the student reads such a name without binding it, the teacher's import stays."""
+    if not imports:
+        return imports
+    mine = _bindings(nodes(parse(program)))[1]
+    lines = []
+    for node in parse(imports).body:
+        node.names = [alias for alias in node.names if _binds(alias)[0] not in mine]
+        if node.names:
+            lines.append(ast.unparse(node))
+    return "\n".join(lines)
 
 
 def prepare(program):

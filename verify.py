@@ -684,8 +684,9 @@ def _attempt(task, a, seen):
                           f">= 2 and <= {MAX_INPUTS}")
         known, (teacher, gold_imports, _) = _teacher_side(a, n, seen)
         student = screen.prepare(a["answer"])[0]
-        # the teacher program's imports prepended (as AZR), screened as the one text that runs
-        code = screen.prepare(gold_imports + "\n" + student)[0]
+        # the teacher program's imports prepended (as AZR), but for the names the student binds,
+        # screened as the one text that runs
+        code = screen.prepare(screen.imports_for(gold_imports, student) + "\n" + student)[0]
         # on the argument values validation called f on, never an input's text evaluated again
         entry = _arguments_entry(code, teacher, a["inputs"], known)
         check = _arguments_entry(teacher, teacher, a["inputs"], known)

@@ -210,3 +210,43 @@ def test_a_chain_of_attributes_is_screened_in_linear_steps(monkeypatch):
     chain = "a" + ".a" * 90
     screen.screened(f"import string\n\ndef f(x, a=0):\n    return ({chain}, x)")
     assert calls[0] <= 2 * 92, calls[0]
+
+
+# one name, two imports: the screen read `x` as the first module, Python binds the last one run
+# (red team round 13 A10: `import json as x` then `import enum as x`, and `x.bltns.getattr` was
+# checked as json's attribute while it was builtins' getattr: os from the zygote's globals)
+TWO_IMPORTS = {
+    "aliases": "import json as x\nimport enum as x\n\ndef f(a):\n    return a",
+    "one_inside_f": "import json as x\n\ndef f(a):\n    import enum as x\n    return a",
+    "from_and_import": ("from collections import abc as x\nimport enum as x\n\n"
+                        "def f(a):\n    return a"),
+    "two_from": "from math import pi as x\nfrom math import e as x\n\ndef f(a):\n    return a",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TWO_IMPORTS))
+def test_a_name_two_imports_bind_is_refused(name):
+    reason = refused("code_o", {"program": TWO_IMPORTS[name], "input": "1"})
+    assert "imported as two things" in reason, reason
+
+
+def test_the_same_import_twice_still_runs():
+    program = "import math\nimport math\n\ndef f(a):\n    import math\n    return math.floor(a)"
+    assert validated("code_o", {"program": program, "input": "2.5"})["output"] == "2"
+
+
+def test_a_teachers_import_never_takes_a_name_the_student_binds():
+    """Red team round 13 A05: the teacher's `import math as g, math as MOD, math as memo` (never
+    used) went before every code_f student's program, so a student's own global helper g, MOD or
+    memo read as "the module g used as a value": right programs graded invalid, not void (and,
+    with one name per import, a student's own `import json as g` would clash)."""
+    teacher = ("import math as g, math as MOD, math as memo, math as dp\n"
+               "from collections import Counter\n\ndef f(x):\n    return x * 2 + 1")
+    graded = grade_code_f(teacher, [str(n) for n in range(10)], [
+        "def g(x):\n    return x * 2\n\ndef f(x):\n    return g(x) + 1",
+        "MOD = 10 ** 9 + 7\n\ndef f(x):\n    return (x * 2 + 1) % MOD",
+        "memo = {}\n\ndef f(x):\n    memo[x] = x * 2 + 1\n    return memo[x]",
+        "import json as dp\n\ndef f(x):\n    return json_free(x) if False else x * 2 + 1",
+        "def Counter(x):\n    return x * 2\n\ndef f(x):\n    return Counter(x) + 1",
+        "def f(x):\n    return int(g.floor(x * 2 + 1))"])
+    assert [g["correct"] for g in graded] == [True] * 6, graded
