@@ -820,6 +820,21 @@ def prepare_program(program):
     return program, imports
 
 
+def own_names_read(program, inputs):
+    """The names the `inputs` (texts) read that `program` itself binds at its top level other than
+    by an import (its functions, classes and globals, f among them): a code_f student sees the
+    inputs, never the program, so `h(3)` shown with its output hides h instead of asking for it
+    (red team round 13, A09)."""
+    read = set()
+    for text in inputs:
+        call = parse(f"f(\n{text}\n)", "eval").body
+        read |= {node.id for part in [*call.args, *call.keywords] for node in ast.walk(part)
+                 if type(node) is ast.Name and type(node.ctx) is ast.Load}
+    if not read:
+        return []
+    return sorted(read & _scope_facts(parse(program).body)[0])
+
+
 def imports_for(imports, program):
     """A teacher's imports line less every import of a name `program` (a code_f student's)
     binds anywhere, itself included: the line runs before the student's program, and a name the

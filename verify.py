@@ -248,6 +248,9 @@ def _proposal(task, p):
     for text in [p["program"], p.get("message", "")] + inputs:
         _prompt_text(text)
     program, imports, modules = screen.prepare(p["program"])
+    hidden = screen.own_names_read(program, inputs) if task == "code_f" else []
+    if hidden:
+        raise Invalid(f"an input uses the program's own {hidden[0]}, which students never see")
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")

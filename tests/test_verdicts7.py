@@ -250,3 +250,21 @@ def test_a_teachers_import_never_takes_a_name_the_student_binds():
         "def Counter(x):\n    return x * 2\n\ndef f(x):\n    return Counter(x) + 1",
         "def f(x):\n    return int(g.floor(x * 2 + 1))"])
     assert [g["correct"] for g in graded] == [True] * 6, graded
+
+
+def test_a_code_f_input_may_not_use_what_only_the_program_defines():
+    """Red team round 13 A09: code_f inputs written as calls of a helper of the program (`h(3)`,
+    shown with output 551 but never h): the student sees the input's text and cannot read it,
+    so the teacher hides the function instead of making it hard."""
+    program = "def h(k):\n    return (k * 7919) % 1009\n\ndef f(x):\n    return x + 1"
+    reason = refused("code_f", {"program": program, "inputs": [f"h({n})" for n in range(10)],
+                                "message": "m"})
+    assert "the program's own" in reason, reason
+    for inputs in ([f"f({n})" for n in range(10)], [f"K + {n}" for n in range(10)]):
+        text = "K = 5\n" + program
+        reason = refused("code_f", {"program": text, "inputs": inputs, "message": "m"})
+        assert "the program's own" in reason, reason
+    # what a student can read stays: literals, builtins, the modules the program imports
+    ok = "import math\n\ndef f(x):\n    return len(x) if isinstance(x, list) else x"
+    validated("code_f", {"program": ok, "inputs": [f"list(range({n}))" for n in range(5)]
+                         + [f"math.floor({n}.5)" for n in range(5)], "message": "m"})
