@@ -91,9 +91,10 @@ MAX_KEPT_UNITS = 1 << 12
 # (brackets, quotes, `0.0`) or, a 1-digit int, 1 char plus a ", " or ": " before it unless it is its
 # container's first item (at most one per container, which shows 2 of its own); an extra unit (16
 # chars of a str or Decimal, 64 bits of an int, 8 bytes, 16 bits of a Fraction) shows >= 4 more.
-# So no valid output nor a value equal to a gold is refused, but a Decimal with long trailing zeros
-# or a Counter with zero counts equal to a small gold (the only values much larger than a gold
-# they equal, already refused past MAX_UNITS)
+# So no valid output is refused, nor a value equal to a gold, except a Decimal with long trailing
+# zeros or a Counter with zero counts (the only values much larger than a gold they equal, already
+# refused past MAX_UNITS). A zygote caps a job at MAX_UNITS: 64 inputs of
+# code_f at 1,001 units each still fit
 OUTPUT_UNITS = 1 << 11
 # the error of a run pinned to a zygote that has been replaced since (sandbox.run)
 LOST = "its zygote is gone"
@@ -366,7 +367,9 @@ def _call_f(entries, families, timeout):
             continue
         for family in e.get("families", families):
             calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
-            # its values become arguments, all of them no larger than MAX_ARG_UNITS together
+            # its values become arguments, all of them no larger than MAX_ARG_UNITS together (as
+            # _units_over counts; the encoding counts a Fraction's bits 4x, so a pack of huge
+            # Fractions under that is refused too)
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
                           "family": family, "timeout": timeout, "audit": True,
                           "zygote": e.get("zygote", 0), "units": MAX_ARG_UNITS})
@@ -411,7 +414,8 @@ def _step_failed(chunk, error):
 
 
 def _over_budget(run):
-    """Did a run fail for a value larger than its job's "units" (zygote.OVER_BUDGET)?"""
+    """Did a run fail for a value larger than its job's "units" (zygote.OVER_BUDGET)? A program
+    that raises this error itself fails as it would with its own error (only the reason differs)."""
     head = OVER_BUDGET.split("%d")[0]
     return not run["ok"] and run["error"].startswith("ValueError: " + head)
 

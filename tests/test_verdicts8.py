@@ -45,24 +45,25 @@ def test_a_long_string_as_the_last_value_is_refused_too(sent):
     assert max(sent) < MAX_SENT, sent
 
 
-def test_a_code_i_answer_reaching_a_huge_value_costs_little(sent):
-    program = f"def f(x):\n    if x == 0:\n        return {BIG}\n    return x + 1"
-    [problem] = verify.validate("code_i", [{"program": program, "input": "5"}])
+# code_i: an answer that reaches the huge value off the gold's path (A09: two ~1 MB lines each);
+# code_o: an answer evaluated (not a literal) to a huge value
+ANSWERED = {
+    "code_i": (f"def f(x):\n    if x == 0:\n        return {BIG}\n    return x + 1", "5",
+               "len({0}) - 1", "5"),
+    "code_o": ("def f(x):\n    return x", "1", "[0] * 60000", "1 + 0"),
+}
+
+
+@pytest.mark.parametrize("task", sorted(ANSWERED))
+def test_an_answer_reaching_a_huge_value_is_wrong_in_the_child(sent, task):
+    program, given, huge, right = ANSWERED[task]
+    [problem] = verify.validate(task, [{"program": program, "input": given}])
     assert problem["valid"], problem
     sent.clear()
-    attempts = [dict(problem, input="5", answer=a) for a in ("len({0}) - 1", "5")]
-    wrong, right = verify.grade("code_i", attempts)
+    attempts = [dict(problem, input=given, answer=a) for a in (huge, right)]
+    wrong, correct = verify.grade(task, attempts)
     assert not wrong["correct"] and "output too large" in wrong["reason"], wrong
-    assert right["correct"], right
-    assert max(sent) < MAX_SENT, sent
-
-
-def test_a_code_o_answer_evaluated_is_held_to_an_outputs_budget(sent):
-    [problem] = verify.validate("code_o", [{"program": "def f(x):\n    return x", "input": "1"}])
-    attempts = [dict(problem, input="1", answer=a) for a in ("[0] * 60000", "1 + 0")]
-    wrong, right = verify.grade("code_o", attempts)
-    assert not wrong["correct"] and "output too large" in wrong["reason"], wrong
-    assert right["correct"], right
+    assert correct["correct"], correct
     assert max(sent) < MAX_SENT, sent
 
 
