@@ -69,6 +69,7 @@ import sandbox
 import screen
 # the canonical encoding of values (a child's results and the golds), decoded here to judge
 from encoding import decode
+from zygote import OVER_BUDGET
 
 TASKS = ("code_i", "code_o", "code_f")
 N_INPUTS = 10            # code_f: inputs a teacher writes; the student sees the first half
@@ -84,6 +85,17 @@ MAX_ARG_UNITS = 1 << 14
 # a run whose values together take more units than this is kept as their JSON text (~18 times
 # smaller than the parsed lists), parsed again one value at a time where a value is compared
 MAX_KEPT_UNITS = 1 << 12
+# units a run may send per output it computes (job["units"]; round 13b A08: a 54,500-unit value,
+# refused for its repr only after this process read three ~1 MB lines of it). A repr of at most
+# MAX_REPR chars holds at most MAX_REPR // 2 + 1 = 1,001 units: each node shows 2 chars of its own
+# (brackets, quotes, `0.0`) or, a 1-digit int, 1 char plus a ", " or ": " before it unless it is its
+# container's first item (at most one per container, which shows 2 of its own); an extra unit (16
+# chars of a str or Decimal, 64 bits of an int, 8 bytes, 16 bits of a Fraction) shows >= 4 more.
+# So no valid output is refused, nor a value equal to a gold, except a Decimal with long trailing
+# zeros or a Counter with zero counts (the only values much larger than a gold they equal, already
+# refused past MAX_UNITS). A zygote caps a job at MAX_UNITS: 64 inputs of
+# code_f at 1,001 units each still fit
+OUTPUT_UNITS = 1 << 11
 # the error of a run pinned to a zygote that has been replaced since (sandbox.run)
 LOST = "its zygote is gone"
 
@@ -315,7 +327,7 @@ def _as_written_job(code, calls, timeout, zygote):
     child of its own, of the zygote where the run it is compared with ran (red team round 12a,
     A08: elsewhere a per-zygote bit of f made an exact right answer wrong)."""
     return {"code": screen.compiled(code), "calls": calls, "family": None, "timeout": timeout,
-            "audit": True, "zygote": zygote}
+            "audit": True, "zygote": zygote, "units": OUTPUT_UNITS * len(calls)}
 
 
 def _holds_a_set(encoding):
@@ -358,9 +370,12 @@ def _call_f(entries, families, timeout):
             continue
         for family in e.get("families", families):
             calls = [screen.compiled(text, "eval") for _, text in e["packs"]]
+            # its values become arguments, all of them no larger than MAX_ARG_UNITS together (as
+            # _units_over counts; the encoding counts a Fraction's bits 4x, so a pack of huge
+            # Fractions under that is refused too)
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
                           "family": family, "timeout": timeout, "audit": True,
-                          "zygote": e.get("zygote", 0)})
+                          "zygote": e.get("zygote", 0), "units": MAX_ARG_UNITS})
         owners.append(n)
     failed, where = {}, {}
     # not _slim: these values become arguments (_fill_arguments sizes them first)
@@ -383,7 +398,7 @@ def _call_f(entries, families, timeout):
                 zygote = where[n][j]
             second.append({"code": screen.compiled(e["code"]), "args": e["args"],
                            "family": family, "timeout": timeout, "audit": True,
-                           "zygote": zygote})
+                           "zygote": zygote, "units": OUTPUT_UNITS * len(e["args"])})
         owners.append(n)
     runs = _slim(_run(second))
     out = dict(zip(owners, _per_entry(entries, owners, families, runs)))
@@ -399,6 +414,13 @@ def _step_failed(chunk, error):
         if _lost(run):
             return run
     return dict(sandbox.failed(error), zygote=chunk[0]["zygote"])
+
+
+def _over_budget(run):
+    """Did a run fail for a value larger than its job's "units" (zygote.OVER_BUDGET)? A program
+    that raises this error itself fails as it would with its own error (only the reason differs)."""
+    head = OVER_BUDGET.split("%d")[0]
+    return not run["ok"] and run["error"].startswith("ValueError: " + head)
 
 
 def _lost(run):
@@ -459,6 +481,8 @@ def _fill_arguments(entry, runs):
     """Step 1's runs (one per family) of an entry -> "" after filling in its missing argument
     lists, else why not (an error, the families disagree, not an argument list of plain data)."""
     for run in runs:
+        if _over_budget(run):
+            return f"input too large (its arguments take more than {MAX_ARG_UNITS} units)"
         if not run["ok"]:
             return run["error"]
     try:
@@ -494,6 +518,10 @@ def _validity(task, a, b, entry, written):
     decided here, on what the children sent -> result keys. The outputs students see are the
     reprs of the decoded golds, made here; "args" are the argument lists f was called on (grading
     calls f on these again, never re-evaluating an input's text)."""
+    # a value over its run's OUTPUT_UNITS: its repr cannot fit MAX_REPR chars
+    if _over_budget(a) or _over_budget(b):
+        return {"reason": f"invalid output: output repr longer than {MAX_REPR} chars (more than "
+                          f"{OUTPUT_UNITS} units)"}
     if not a["ok"] or not b["ok"]:
         return {"reason": "error: " + (a["error"] or b["error"])}
     if written is not None and written["values"] != a["values"]:
@@ -706,7 +734,7 @@ def _attempt(task, a, seen):
         if source is None:
             return None, [encoding], slice(0, 1), [a["gold"]], check
         job = {"code": screen.compiled(imports), "calls": [screen.compiled(source, "eval")],
-               "audit": True}
+               "audit": True, "units": OUTPUT_UNITS}
         return job, None, slice(0, 1), [a["gold"]], check
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
     # and only call of f in its child); the check runs the teacher's input as any answer is run

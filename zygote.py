@@ -39,6 +39,8 @@ from encoding import MAX_UNITS, decode, encode, escape
 MEMORY_MB = 1024            # default RLIMIT_AS of a child
 STDOUT_CAP = 1 << 20        # bytes of captured stdout kept
 ERROR_CAP = 1000            # chars of a child's error message kept
+# the error of a value over what its job may send (job["units"]); verify reads it as such
+OVER_BUDGET = "output too large (more than the %d units this run may send)"
 # bytes of a child's result line (JSON escapes grow text 6x)
 RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 # a child's time limit is CPU seconds; one still running after WALL_FACTOR times that (+ 1 s) of
@@ -116,14 +118,18 @@ def _evaluate(job, exec_=exec, eval_=eval):
     ns = {"__name__": "__main__", "__doc__": None}
     exec_(job["code"], ns)
     # one size budget for all the job's values: ten inputs of a code_f problem, each a list just
-    # under a value's cap, made lines of 6.5 MB the parent parsed whole (red team round 8, S02)
-    values, budget = [], [MAX_UNITS]
+    # under a value's cap, made lines of 6.5 MB the parent parsed whole (red team round 8, S02).
+    # The parent says what it can use of them (job["units"], see verify.OUTPUT_UNITS): a 70-char
+    # program's 54,500-unit dict, refused in the end for its repr, was read and parsed first, ~1 MB
+    # a line, ~0.25 s of the parent's CPU each (red team round 13b, A08/A09)
+    units = min(job.get("units", MAX_UNITS), MAX_UNITS)
+    values, budget = [], [units]
     for call in job.get("calls", ()):
-        values.append(_encoded(eval_(call, ns), budget))
+        values.append(_encoded(eval_(call, ns), budget, units))
     if arguments:
         f = ns["f"]
         for args, kwargs in arguments:
-            values.append(_encoded(f(*args, **kwargs), budget))
+            values.append(_encoded(f(*args, **kwargs), budget, units))
     return values
 
 
@@ -229,11 +235,19 @@ def _caller_module(depth=0, getframe=sys._getframe, /):
     return SimpleNamespace(f_globals=names)
 
 
-def _encoded(value, budget):
+def _encoded(value, budget, units):
     """A value -> the JSON text of its canonical encoding (ValueError if it is not plain data or
-    larger than what is left of `budget`, [units], which it spends)."""
+    larger than what is left of `budget`, [units] of the job's `units`, which it spends)."""
     parts = []
-    encode(value, parts, budget)
+    try:
+        encode(value, parts, budget)
+    except ValueError:
+        if budget[0] >= 0:
+            raise
+    # encode checks the budget before each node, so a value's last string or number could
+    # overdraw it unnoticed ('a' * 10**6: a 1 MB line)
+    if budget[0] < 0:
+        raise ValueError(OVER_BUDGET % units)
     return "".join(parts)
 
 
