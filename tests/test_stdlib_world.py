@@ -1,0 +1,132 @@
+"""Red team round 13a, A01/A02/A03/A06/A07: the model child's world differed from stock Python's
+where a teacher could use it. Its no-wait lock (threading's and queue's locks) took arguments
+stock's _thread.lock refuses (acquire(timeout=-2), acquire(False, 1), acquire(timeout=1e100)),
+lacked acquire_lock / release_lock / locked_lock, showed another repr, and raised a catchable
+'deadlock' where stock Python hangs; the enum functional API through an alias raised a catchable
+TypeError where stock Python makes the class. A program that catches such an error makes a gold
+stock Python never gives, and the stock answer is then graded wrong. Each program here is run by
+validation (screened, in a model child) and by stock python3: the gold must be stock's output,
+or, where stock Python hangs or the sandbox refuses, the proposal must be invalid (never a valid
+gold unlike stock's)."""
+import subprocess
+import sys
+
+import pytest
+
+import verify
+
+LOCK = "import queue\n\ndef f(x):\n    m = queue.Queue().mutex\n"
+# the screen refuses type(); repr names the class and holds the message
+CATCH = "    except Exception as e:\n        return repr(e)\n"
+# (name, program, input): the gold must be stock python3's output
+SAME = [
+    ("negative_timeout", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH, "-2"),
+    ("tiny_negative_timeout", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH,
+     "-1e-9"),
+    ("timeout_when_not_blocking", LOCK + "    try:\n        return m.acquire(False, x)\n" + CATCH,
+     "1"),
+    ("huge_timeout", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH, "1e100"),
+    ("nan_timeout", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH,
+     "float('nan')"),
+    ("int_timeout_too_large", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH,
+     "2 ** 64"),
+    ("float_blocking", LOCK + "    try:\n        return m.acquire(x)\n" + CATCH, "0.0"),
+    ("str_timeout", LOCK + "    try:\n        return m.acquire(True, x)\n" + CATCH, "'1'"),
+    ("too_many_arguments", LOCK + "    try:\n        return m.acquire(*x)\n" + CATCH, "[1, 2, 3]"),
+    ("unknown_keyword", LOCK + "    try:\n        return m.acquire(**x)\n" + CATCH, "{'wait': 1}"),
+    ("name_and_position", LOCK + "    try:\n        return m.acquire(1, blocking=x)\n" + CATCH,
+     "2"),
+    # rounds to stock's "no timeout" (-1 s in ns): acquires a free lock
+    ("almost_minus_one", LOCK + "    try:\n        return m.acquire(timeout=x)\n" + CATCH,
+     "-0.9999999995"),
+    ("stock_names", LOCK + "    r = [m.acquire_lock(), m.locked_lock(), m.release_lock()]\n"
+     "    return r + [m.locked(), m.acquire_lock(x), m.locked()]", "False"),
+    ("repr", LOCK + "    a = repr(m).split(' at ')[0]\n    m.acquire()\n"
+     "    return [a, repr(m).split(' at ')[0], repr(m)[-x:] == repr(m)[-x:]]", "2"),
+    ("held_waits_fail", LOCK + "    m.acquire()\n"
+     "    return [m.acquire(False), m.acquire(timeout=0), m.acquire(True, x), m.locked()]",
+     "0.01"),
+    ("release_unlocked", LOCK + "    try:\n        m.release()\n" + CATCH, "0"),
+    ("release_with_arguments", LOCK + "    try:\n        m.release(x)\n" + CATCH, "1"),
+    ("locked_with_keyword", LOCK + "    try:\n        m.locked(k=x)\n" + CATCH, "1"),
+    ("with_block", LOCK + "    with m:\n        inside = m.locked()\n"
+     "    return [inside, m.locked(), x]", "1"),
+    ("copied", "import copy\n" + LOCK + "    try:\n        copy.copy(m)\n" + CATCH, "1"),
+    ("no_attribute_set", LOCK + "    try:\n        m.x = x\n" + "        return 'set'\n"
+     "    except AttributeError:\n        return 'refused'\n", "1"),
+    ("queue_work", "import queue\n\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n"
+     "    r = [q.get(), q.empty()]\n    q.task_done()\n    q.join()\n    try:\n"
+     "        q.get(timeout=0.01)\n    except queue.Empty:\n        r.append('empty')\n"
+     "    try:\n        q.task_done()\n    except ValueError as e:\n        r.append(repr(e))\n"
+     "    return r", "3"),
+    ("bounded_queue_full", "import queue\n\ndef f(x):\n    q = queue.Queue(1)\n    q.put(x)\n"
+     "    try:\n        q.put(x, timeout=0.01)\n    except queue.Full:\n        return 'full'\n",
+     "1"),
+    ("enum_class", "from enum import Enum\n\nclass Color(Enum):\n    RED = 1\n    GREEN = 2\n\n"
+     "def f(x):\n    E = Color\n    return [E(x).name, len(E), repr(E.GREEN)]", "1"),
+]
+# (name, program, input): stock Python hangs or makes what the sandbox refuses, so validation
+# must call it invalid, even though the program catches what the sandbox raised
+INVALID = [
+    ("join_unfinished", "import queue\n\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n    try:\n"
+     "        q.join()\n        return 'joined'\n    except RuntimeError:\n"
+     "        return 'caught'\n",
+     "1", "deadlock"),
+    ("acquire_held", LOCK + "    m.acquire()\n    try:\n        return m.acquire()\n"
+     "    except Exception:\n        return x\n", "1", "deadlock"),
+    ("acquire_held_minus_one", LOCK + "    m.acquire()\n    try:\n"
+     "        return m.acquire(True, x)\n    except BaseException:\n        return 'caught'\n",
+     "-1", "deadlock"),
+    # rounds to stock's "no timeout": a wait for ever on a held lock
+    ("acquire_held_almost_minus_one", LOCK + "    m.acquire()\n    try:\n"
+     "        return m.acquire(timeout=x)\n    except BaseException:\n        return 'caught'\n",
+     "-0.9999999995", "deadlock"),
+    ("simple_queue_get", "import queue\n\ndef f(x):\n    try:\n"
+     "        return queue.SimpleQueue().get()\n    except Exception:\n        return x\n",
+     "1", "deadlock"),
+    ("enum_alias", "from enum import Enum\n\ndef f(x):\n    E = Enum\n    try:\n"
+     "        return len(E('Color', x))\n    except TypeError:\n        return -1\n"
+     "    except RuntimeError:\n        return -2\n", "'RED GREEN BLUE'", "functional API"),
+]
+
+
+def stock(program, inp, timeout):
+    """python3's printed repr of f(inp) after `program`; None if it ran past `timeout` s."""
+    code = program + f"\nprint(repr(f({inp})))\n"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("name, program, inp", SAME, ids=[case[0] for case in SAME])
+def test_the_gold_is_stock_pythons(name, program, inp):
+    truth = stock(program, inp, 60)
+    result = verify.validate("code_o", [{"program": program, "input": inp}])[0]
+    assert result["valid"], result
+    assert result["output"] == truth
+
+
+@pytest.mark.parametrize("name, program, inp, reason", INVALID, ids=[case[0] for case in INVALID])
+def test_what_stock_python_would_not_give_is_invalid(name, program, inp, reason):
+    result = verify.validate("code_o", [{"program": program, "input": inp}])[0]
+    assert not result["valid"] and reason in result["reason"], result
+    # stock Python hangs (one-thread waits) or gives a value the sandbox would not have shown
+    truth = stock(program, inp, 3)
+    assert truth is None or name == "enum_alias", truth
+
+
+def test_a_code_i_answer_is_judged_by_stock_pythons_lock():
+    """A06a: the teacher's input 1 acquires; the student's -2 makes stock Python refuse the
+    timeout, so it is not a right answer."""
+    program = LOCK + ("    try:\n        m.acquire(timeout=x)\n        return 'acquired'\n"
+                      "    except ValueError:\n        return 'refused'\n")
+    problem = verify.validate("code_i", [{"program": program, "input": "1"}])[0]
+    assert problem["valid"] and problem["output"] == "'acquired'", problem
+    attempt = {key: problem[key] for key in ("program", "output", "gold", "args")}
+    graded = verify.grade("code_i", [dict(attempt, input="1", answer="-2")])[0]
+    assert not graded["correct"] and not graded["void"], graded
+    assert stock(program, "-2", 60) == "'refused'"
