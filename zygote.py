@@ -503,8 +503,18 @@ def _models_only():
     here, disarmed, its code made ready (quickened) here rather than written in every child; the
     SIGNALS functions and the enum functional API are disabled for user code."""
     import codecs
-    for name in CODECS:
-        codecs.lookup(name)
+    import encodings
+    import pkgutil
+    # every codec of the standard library (~120 small modules, ~30 ms once per zygote), so that a
+    # program's 'abc'.encode('cp1251') is a lookup, not an import the hook refuses (red team round
+    # 13, A06b: a right code_i answer naming a codec not loaded was graded wrong)
+    names = {module.name for module in pkgutil.iter_modules(encodings.__path__)}
+    for name in sorted(names | set(CODECS)):
+        try:
+            codecs.lookup(name)
+        except (LookupError, ImportError):
+            # not a codec (aliases), or another platform's (mbcs, oem)
+            pass
     for module in (signal, sys.modules["_signal"]):
         for name in set(SIGNALS) & set(dir(module)):
             setattr(module, name, None)

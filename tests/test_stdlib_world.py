@@ -130,3 +130,16 @@ def test_a_code_i_answer_is_judged_by_stock_pythons_lock():
     graded = verify.grade("code_i", [dict(attempt, input="1", answer="-2")])[0]
     assert not graded["correct"] and not graded["void"], graded
     assert stock(program, "-2", 60) == "'refused'"
+
+
+# ------------------------------------------------ codecs: every one the standard library has
+
+@pytest.mark.parametrize("encoding", ["cp1251", "windows-1251", "koi8_r", "shift_jis", "big5",
+                                      "mac_cyrillic", "iso8859_15"])
+def test_a_codec_is_a_lookup_not_a_refused_import(encoding):
+    """Red team round 13 A06b: 'abc'.encode('cp1251') imported encodings.cp1251 in the child, an
+    import the audit hook refuses, so a right code_i answer naming that codec was graded wrong."""
+    program = "def f(enc):\n    return len('ab\\u0436'.encode(enc, 'replace'))"
+    result = verify.validate("code_o", [{"program": program, "input": repr(encoding)}])[0]
+    assert result["valid"], result
+    assert result["output"] == stock(program, repr(encoding), 60), (result, encoding)
