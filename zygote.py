@@ -202,6 +202,12 @@ def _audit_hook(refused):
         elif event in ("object.__setattr__", "object.__delattr__"):
             if type(args[1]) is str and args[1] in settable:
                 return
+        elif event == "import" and type(args[0]) is str and args[0].startswith("encodings."):
+            # every codec is loaded (_models_only): an encodings module still to import does not
+            # exist, so the codec search gets the ImportError stock Python's import gives and says
+            # LookupError (red team round 14, A03: an unknown codec's name was a recorded refusal,
+            # and right code_i answers such as 'xyz' were graded wrong)
+            raise ModuleNotFoundError(f"No module named {args[0]!r}", name=args[0])
         elif event == "sys._getframe":
             state["reading"] = args[0]
             lent = args[0].f_code is lender

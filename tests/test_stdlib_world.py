@@ -143,3 +143,19 @@ def test_a_codec_is_a_lookup_not_a_refused_import(encoding):
     result = verify.validate("code_o", [{"program": program, "input": repr(encoding)}])[0]
     assert result["valid"], result
     assert result["output"] == stock(program, repr(encoding), 60), (result, encoding)
+
+
+def test_an_unknown_codec_is_a_lookup_error_as_in_stock_python():
+    """Red team round 14 A03: looking up an unknown codec name tries to import encodings.<name>,
+    which the audit hook refused (a recorded refusal even when caught): right code_i answers
+    ('xyz', 'utf-9') graded wrong, not void, for a teacher input '' that imports nothing."""
+    program = ("def f(enc):\n    try:\n        return len('h\\u00e9llo'.encode(enc))\n"
+               "    except LookupError:\n        return -1")
+    result = verify.validate("code_i", [{"program": program, "input": "''"}])[0]
+    assert result["valid"], result
+    problem = {"program": program, "input": "''", **{k: v for k, v in result.items()
+                                                      if k not in ("valid", "reason")}}
+    answers = ["'xyz'", "'utf-9'", "'a.b'", "'latin-2'"]
+    assert [stock(program, a, 60) for a in answers] == ["-1"] * 4
+    graded = verify.grade("code_i", [dict(problem, answer=a) for a in answers])
+    assert [g["correct"] for g in graded] == [True] * 4, graded
