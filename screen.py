@@ -821,18 +821,48 @@ def prepare_program(program):
 
 
 def own_names_read(program, inputs):
-    """The names the `inputs` (texts) read that `program` itself binds at its top level other than
-    by an import (its functions, classes and globals, f among them): a code_f student sees the
-    inputs, never the program, so `h(3)` shown with its output hides h instead of asking for it
-    (red team round 13, A09)."""
+    """The names the `inputs` (texts) read that a student cannot know: any but a builtin's or a
+    module's the program imports at its top level, and those too when the program binds them in
+    any other way anywhere (an allowlist: `h(3)` of a helper never shown, red team round 13 A09,
+    and `K` set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). A
+    code_f student sees the inputs, never the program."""
     read = set()
     for text in inputs:
+        read |= _global_reads(f"f(\n{text}\n)") - {"f"}
         call = parse(f"f(\n{text}\n)", "eval").body
-        read |= {node.id for part in [*call.args, *call.keywords] for node in ast.walk(part)
-                 if type(node) is ast.Name and type(node.ctx) is ast.Load}
+        # f itself, read by the input (a lambda's own f errs towards "hidden")
+        if any(type(node) is ast.Name and node.id == "f" for part in [*call.args, *call.keywords]
+               for node in ast.walk(part)):
+            read.add("f")
     if not read:
         return []
-    return sorted(read & _scope_facts(parse(program).body)[0])
+    tree = parse(program)
+    rebound = set()
+    for node in nodes(tree):
+        if type(node) is ast.Name and type(node.ctx) is not ast.Load:
+            rebound.add(node.id)
+        elif type(node) in BINDERS and type(node) is not ast.alias:
+            rebound.update(_binds(node))
+        elif type(node) in (*_SCOPES[:2], ast.ClassDef):
+            rebound.add(node.name)
+    known = (_BUILTIN_NAMES | _scope_facts(tree.body)[2]) - rebound
+    return sorted(read - known)
+
+
+def _global_reads(text):
+    """The names an expression reads from the namespace it runs in (not a lambda's parameters nor
+    a comprehension's targets): symtable, the compiler's own scopes."""
+    try:
+        tables, read = [symtable.symtable(text, "<input>", "eval")], set()
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not parse: {type(e).__name__}") from None
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        top = table.get_type() == "module"
+        read |= {symbol.get_name() for symbol in table.get_symbols()
+                 if symbol.is_referenced() and (top or symbol.is_global())}
+    return read
 
 
 def imports_for(imports, program):

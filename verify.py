@@ -260,9 +260,6 @@ def _proposal(task, p):
     for text in [p["program"], p.get("message", "")] + inputs:
         _prompt_text(text)
     program, imports, modules = screen.prepare(p["program"])
-    hidden = screen.own_names_read(program, inputs) if task == "code_f" else []
-    if hidden:
-        raise Invalid(f"an input uses the program's own {hidden[0]}, which students never see")
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
@@ -274,6 +271,10 @@ def _proposal(task, p):
         if pack is not None:
             entry["packs"].append((k, pack))
     _check_arguments(entry["args"])
+    # after the inputs' own screen (screen.arguments: sizes, depth)
+    hidden = screen.own_names_read(program, inputs) if task == "code_f" else []
+    if hidden:
+        raise Invalid(f"an input uses the program's own {hidden[0]}, which students never see")
     # f gets plain data, rebuilt: what Python passes it that plain data cannot carry (two names for
     # one list, a set's order, a defaultdict's factory, what an input's own call of f changed)
     # would make the shown output differ from the one a student derives from the input's text. So

@@ -264,6 +264,19 @@ def test_a_code_f_input_may_not_use_what_only_the_program_defines():
         text = "K = 5\n" + program
         reason = refused("code_f", {"program": text, "inputs": inputs, "message": "m"})
         assert "the program's own" in reason, reason
+    # round 14 A01: bindings a syntactic list of the top level missed (a walrus in a comprehension,
+    # `global K` in a helper the top level calls), and a builtin's name the program rebinds
+    for text in ["[K := 7919 for _ in 'a']\n" + program,
+                 "def setk():\n    global K\n    K = 7919\n\nsetk()\n" + program,
+                 "import math as K\n\ndef setk():\n    global K\n    K = 7919\n\nsetk()\n"
+                 + program]:
+        reason = refused("code_f", {"program": text, "inputs": [f"K + {n}" for n in range(10)],
+                                    "message": "m"})
+        assert "the program's own" in reason, (reason, text)
+    text = "def setlen():\n    global len\n    len = abs\n\nsetlen()\n" + program
+    reason = refused("code_f", {"program": text, "inputs": [f"len([{n}])" for n in range(10)],
+                                "message": "m"})
+    assert "the program's own" in reason, reason
     # what a student can read stays: literals, builtins, the modules the program imports
     ok = "import math\n\ndef f(x):\n    return len(x) if isinstance(x, list) else x"
     validated("code_f", {"program": ok, "inputs": [f"list(range({n}))" for n in range(5)]
