@@ -263,7 +263,11 @@ def _proposal(task, p):
     pasted = [x.strip() for x in inputs if len(x.strip()) >= MIN_PASTED and x.strip() in program]
     if pasted:
         raise Invalid("the input appears verbatim in the program")
-    entry = {"code": program, "pack_code": program, "args": [], "packs": [], "modules": modules,
+    # a code_f student sees the inputs, never the program: inputs that are not literals are
+    # evaluated with its imports alone, where its own top level never ran (red team round 15: a
+    # decimal context it set, a class it patched, its docstring read as __doc__, A02/A09/A04)
+    pack_code = imports if task == "code_f" else program
+    entry = {"code": program, "pack_code": pack_code, "args": [], "packs": [], "modules": modules,
              "input": inputs[0].strip(), "natural": []}
     for k, x in enumerate(inputs):
         encoding, pack = screen.arguments(x)
@@ -347,7 +351,10 @@ def _prompt_text(text):
     """Raise Invalid unless `text` reaches a prompt as it is: valid UTF-8 (a lone surrogate is not,
     and the tokenizer raises on it) in NFC (Qwen2's tokenizer normalises to NFC, so `'e\u0301'`
     would reach the student as the one character `'é'`, one shorter than f counts: red team round 9,
-    P02)."""
+    P02); without ``` (every such text is shown inside a fence, which a string in a program closed,
+    showing a student a second `input` fence: red team round 15, A05)."""
+    if "```" in text:
+        raise Invalid("``` in a text a student sees inside a fence")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -422,6 +429,19 @@ def _over_budget(run):
     that raises this error itself fails as it would with its own error (only the reason differs)."""
     head = OVER_BUDGET.split("%d")[0]
     return not run["ok"] and run["error"].startswith("ValueError: " + head)
+
+
+# how a child's run ends when the sandbox, not Python, stopped it: a refusal (caught or not), the
+# child's memory or time, a crash
+SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed", "exited",
+                "malformed result", "worker died", "result too large")
+
+
+def _sandbox_ended(run):
+    """Did the sandbox's own limits end a run, where stock Python may have gone on (SANDBOX_ENDS)?
+    A program can raise a MemoryError or an exception class named `timeout` itself: then it voids
+    a problem of its own teacher's, which pays nobody."""
+    return not run["ok"] and run["error"].startswith(SANDBOX_ENDS)
 
 
 def _lost(run):
@@ -717,11 +737,17 @@ def _attempt(task, a, seen):
         known, (teacher, gold_imports, _) = _teacher_side(a, n, seen)
         student = screen.prepare(a["answer"])[0]
         # the teacher program's imports prepended (as AZR), but for the names the student binds,
-        # screened as the one text that runs
-        code = screen.prepare(screen.imports_for(gold_imports, student) + "\n" + student)[0]
+        # screened as the one text that runs; the student's docstring, if any, first again, so its
+        # __doc__ is its own (red team round 15, A06)
+        imports = screen.imports_for(gold_imports, student)
+        doc = ast.get_docstring(ast.parse(student), clean=False)
+        if imports and doc is not None:
+            imports = repr(doc) + "\n" + imports
+        code = screen.prepare(imports + "\n" + student)[0]
         # on the argument values validation called f on, never an input's text evaluated again
-        entry = _arguments_entry(code, teacher, a["inputs"], known)
-        check = _arguments_entry(teacher, teacher, a["inputs"], known)
+        # (inputs of a problem from before: with the imports alone, as in validation)
+        entry = _arguments_entry(code, gold_imports, a["inputs"], known)
+        check = _arguments_entry(teacher, gold_imports, a["inputs"], known)
         # called on every input, in order, as in validation; the hidden half is compared
         return entry, None, slice(n // 2, n), a["gold"][n // 2:], check
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
@@ -788,7 +814,9 @@ def grade(task, attempts, timeout=5.0):
     call(s) in its child, as in validation, so f can tell them apart by its argument alone). A
     problem whose own answer is not graded correct in every check (a wrong value, an error, a
     timeout) is VOID: every attempt of it in the batch is "void" (not correct, and neither rewarded
-    nor penalised: a problem whose answer depends on the world it runs in decides nothing)."""
+    nor penalised: a problem whose answer depends on the world it runs in decides nothing). So is a
+    code_i problem whose program the sandbox stopped on an attempt's input (_sandbox_ended: a
+    refusal, the child's memory or time), where stock Python may have answered."""
     _task(task)
     results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
     with screen.silenced():
@@ -835,11 +863,18 @@ def grade(task, attempts, timeout=5.0):
             owners, check_runs = _pinned_checks(checks, done, timeout)
         if task == "code_i":
             written = _as_written(attempts, entries, done, timeout)
-    void = set()
+    void = {}
     for key, runs_of in zip(owners, check_runs):
         _, compared, gold = checks[key]
         if not all(_matches(run, compared, gold) for run in runs_of):
-            void.add(key)
+            void[key] = "void: the problem's own answer is not graded correct here"
+    # code_i: the teacher's program on a student's input, a path its own input never took, where
+    # the sandbox may refuse what stock Python runs (red team round 15, A08: such a path on every
+    # input but the teacher's own graded right answers wrong, at the teacher's choice)
+    for i, run, _, _, key in done if task == "code_i" else ():
+        if _sandbox_ended(run) or _sandbox_ended(written.get(i, run)):
+            void.setdefault(key, "void: the sandbox stopped the program on an input (" +
+                            (run["error"] if not run["ok"] else written[i]["error"]) + ")")
     for i, run, compared, gold, key in done:
         # one of its runs could not go where the others ran: this attempt decides nothing
         if _lost(run) or _lost(written.get(i, run)):
@@ -860,8 +895,7 @@ def grade(task, attempts, timeout=5.0):
     for i, a in enumerate(attempts):
         if results[i]["reason"].startswith("bad request") or _problem_key(a) not in void:
             continue
-        results[i].update(correct=False, void=True,
-                          reason="void: the problem's own answer is not graded correct here")
+        results[i].update(correct=False, void=True, reason=void[_problem_key(a)])
     return results
 
 
