@@ -14,7 +14,7 @@ import sandbox
 import screen
 import verify
 import zygote
-from conftest import ROOT
+from conftest import ROOT, address_space_cap
 from test_sandbox_hostile import FORGE, find_sleeping_child
 
 
@@ -223,6 +223,10 @@ def test_a_zygote_whose_child_cannot_set_up_retires():
     set-up, a job error, so the zygote was kept). The set-up failure made here is a memory limit no
     rlimit can hold (2^63 bytes); a job pinned to that zygote then finds it gone."""
     failed = sandbox.run([{"code": "print(1)", "memory_mb": 1 << 43}])[0]
+    if address_space_cap() is not None:
+        # a host's hard limit is kept, the larger one never asked for: no set-up failure to make
+        assert failed["ok"], failed
+        pytest.skip("the host caps address space (ulimit -Hv): this set-up cannot fail here")
     assert failed["error"].startswith("sandbox set-up failed"), failed
     after = sandbox.run([{"code": "print(2)", "zygote": failed["zygote"]}, {"code": "print(3)"}])
     assert [r["error"] for r in after] == ["its zygote is gone", ""], after

@@ -16,7 +16,7 @@ import pytest
 import sandbox
 import verify
 import zygote
-from conftest import ROOT, shared_path
+from conftest import ROOT, address_space_cap, shared_path
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "verify_problems.jsonl")
 PROBLEMS = [json.loads(line) for line in open(FIXTURE)]
@@ -563,7 +563,12 @@ def test_execute_stdin_big_code_memory_and_timeouts():
     assert res[1]["stdout"] == "a\nb\n" and res[2]["stdout"] == "big\n"
     assert res[3] == {"ok": False, "stdout": "", "error": "AssertionError: nope"}
     assert "Cannot allocate memory" in res[4]["error"]
-    assert res[5] == {"ok": True, "stdout": "fits\n", "error": ""}
+    cap = address_space_cap()
+    if cap is not None and cap < 2048 << 20:
+        # a host's own lower hard limit holds: kept, never asked to be raised
+        assert "Cannot allocate memory" in res[5]["error"], res[5]
+    else:
+        assert res[5] == {"ok": True, "stdout": "fits\n", "error": ""}
     assert res[6]["error"] == "timeout" and res[7]["error"].startswith("bad request")
     assert time.monotonic() - start < 15
 
