@@ -421,7 +421,8 @@ def _step_failed(chunk, error):
     for run in chunk:
         if _lost(run):
             return run
-    return dict(sandbox.failed(error), zygote=chunk[0]["zygote"])
+    # "input": the input's own text failed (its expression), before f ran
+    return dict(sandbox.failed(error), zygote=chunk[0]["zygote"], input=True)
 
 
 def _over_budget(run):
@@ -438,10 +439,12 @@ SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed
 
 
 def _sandbox_ended(run):
-    """Did the sandbox's own limits end a run, where stock Python may have gone on (SANDBOX_ENDS)?
-    A program can raise a MemoryError or an exception class named `timeout` itself: then it voids
-    a problem of its own teacher's, which pays nobody."""
-    return not run["ok"] and run["error"].startswith(SANDBOX_ENDS)
+    """Did the sandbox's own limits end the teacher's program on an input's plain data, where stock
+    Python may have gone on (SANDBOX_ENDS)? Not a run whose input's own expression failed first:
+    that is the answer's doing (a student's `[0] * 10**10` is its own). A program can raise a
+    MemoryError or an exception class named `timeout` itself: then it voids a problem of its own
+    teacher's, which pays nobody."""
+    return not run["ok"] and not run.get("input") and run["error"].startswith(SANDBOX_ENDS)
 
 
 def _lost(run):
@@ -872,9 +875,8 @@ def grade(task, attempts, timeout=5.0):
     # the sandbox may refuse what stock Python runs (red team round 15, A08: such a path on every
     # input but the teacher's own graded right answers wrong, at the teacher's choice)
     for i, run, _, _, key in done if task == "code_i" else ():
-        if _sandbox_ended(run) or _sandbox_ended(written.get(i, run)):
-            void.setdefault(key, "void: the sandbox stopped the program on an input (" +
-                            (run["error"] if not run["ok"] else written[i]["error"]) + ")")
+        if _sandbox_ended(run):
+            void.setdefault(key, f"void: the sandbox stopped the program on an input ({run['error']})")
     for i, run, compared, gold, key in done:
         # one of its runs could not go where the others ran: this attempt decides nothing
         if _lost(run) or _lost(written.get(i, run)):

@@ -52,7 +52,7 @@ def pytest_ignore_collect(collection_path, config):
 def _left_out_line():
     cap = address_space_cap()
     return (f"address space capped at {cap >> 20} MiB (ulimit -Hv), under the {TORCH_ROOM >> 30} "
-            f"GiB that torch's tests need: not collected: {', '.join(sorted(LEFT_OUT))}")
+            f"GiB that torch's tests need: not collected: {', '.join(sorted(set(LEFT_OUT)))}")
 
 
 def pytest_report_header(config):

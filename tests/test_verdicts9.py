@@ -32,6 +32,17 @@ def test_a_code_i_answer_the_sandbox_cannot_run_voids_its_problem(kind):
         assert result["reason"].startswith("void: the sandbox"), results
 
 
+def test_an_answer_whose_own_expression_the_sandbox_stops_is_wrong_not_void():
+    # the student's own text ran out of the child's memory, before f: its doing, not the problem's
+    [problem] = verify.validate("code_i", [{"program": "def f(n):\n    return len(n) > 0",
+                                            "input": "[1]"}])
+    own, right = verify.grade("code_i", [dict(problem, input="[1]", answer=a)
+                                         for a in ("[0] * 10 ** 10", "[2]")])
+    assert not own["correct"] and not own["void"], own
+    assert own["reason"].startswith("error: MemoryError"), own
+    assert right["correct"] and not right["void"], right
+
+
 def test_a_code_i_answer_that_python_rejects_is_still_wrong():
     # f raising on another input is Python's own answer: that input is wrong, the problem decides
     program = "def f(n):\n    if n != 9173:\n        raise ValueError(n)\n    return n > 0"
