@@ -93,11 +93,12 @@ def test_the_screen_refusals_that_stay_are_kept():
 
 def test_an_input_the_answer_format_cannot_carry_is_invalid():
     """code_i: the student answers with the teacher's input; one holding `</answer>` or ``` is
-    refused at validation (before: valid, and the natural answer was cut)."""
-    for given in ("'</answer>'", "'a```b'"):
+    refused at validation (before: valid, and the natural answer was cut); ``` is refused in any
+    text shown inside a fence (red team round 15, A05)."""
+    for given, why in (("'</answer>'", "answer format"), ("'a```b'", "inside a fence")):
         result = verify.validate("code_o", [{"program": "def f(s):\n    return len(s)",
                                             "input": given}])[0]
-        assert not result["valid"] and "answer format" in result["reason"], result
+        assert not result["valid"] and why in result["reason"], result
     # the same input with nothing to cut is fine
     assert verify.validate("code_o", [{"program": "def f(s):\n    return len(s)",
                                        "input": "'</a>'"}])[0]["valid"]
