@@ -433,9 +433,13 @@ def _over_budget(run):
 
 
 # how a child's run ends when the sandbox, not Python, stopped it: a refusal (caught or not), the
-# child's memory or time, a crash
+# child's memory or time, a crash, a value the encoding cannot carry (an int subclass, equal to an
+# int in Python: red team round 16, A04). Not a value too large: no plain value that large equals
+# a gold, which is small.
 SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed", "exited",
-                "malformed result", "worker died", "result too large")
+                "malformed result", "worker died", "result too large",
+                "ValueError: output is not a plain value", "ValueError: output is an unnormalised",
+                "ValueError: too many keys with one hash")
 
 
 def _sandbox_ended(run):
@@ -445,6 +449,15 @@ def _sandbox_ended(run):
     MemoryError or an exception class named `timeout` itself: then it voids a problem of its own
     teacher's, which pays nobody."""
     return not run["ok"] and not run.get("input") and run["error"].startswith(SANDBOX_ENDS)
+
+
+def _same_answer(run, other):
+    """Do two runs of f on one input agree: both fail, or both give the same encodings or values
+    equal in Python (a set's order may differ; a nan is itself)?"""
+    if not run["ok"] or not other["ok"]:
+        return run["ok"] == other["ok"]
+    return len(run["values"]) == len(other["values"]) and all(
+        a == b or equal(a, b) for a, b in zip(run["values"], other["values"]))
 
 
 def _lost(run):
@@ -858,8 +871,12 @@ def grade(task, attempts, timeout=5.0):
         owners, work = list(checks), []
         if task == "code_o":
             work = [dict(checks[key][0], families=(0, 1)) for key in owners]
-        runs = _call_f([e for _, e, _, _, _ in entries] + work, (None,), timeout)
+        # code_i: f on each answer in both families, which must agree (red team round 16, A05: f
+        # read a set's hash order on every input but its teacher's, and chose its solve rate)
+        both = [dict(e, families=(0, 1)) if task == "code_i" else e for _, e, _, _, _ in entries]
+        runs = _call_f(both + work, (None,), timeout)
         done += [(i, run[0], c, g, key) for (i, _, c, g, key), run in zip(entries, runs)]
+        elsewhere = {i: run[1] for (i, *_), run in zip(entries, runs) if len(run) > 1}
         check_runs = runs[len(entries):]
         written = {}
         if task != "code_o":
@@ -875,8 +892,13 @@ def grade(task, attempts, timeout=5.0):
     # the sandbox may refuse what stock Python runs (red team round 15, A08: such a path on every
     # input but the teacher's own graded right answers wrong, at the teacher's choice)
     for i, run, _, _, key in done if task == "code_i" else ():
-        if _sandbox_ended(run):
-            void.setdefault(key, f"void: the sandbox stopped the program on an input ({run['error']})")
+        # as plain data, or as written (red team round 16, A01: a refusal only there)
+        for ran in (run, written.get(i, run)):
+            if _sandbox_ended(ran):
+                void.setdefault(key, "void: the sandbox stopped the program on an input "
+                                     f"({ran['error']})")
+        if i in elsewhere and not _same_answer(run, elsewhere[i]):
+            void.setdefault(key, "void: the program answers an input differently in two worlds")
     for i, run, compared, gold, key in done:
         # one of its runs could not go where the others ran: this attempt decides nothing
         if _lost(run) or _lost(written.get(i, run)):

@@ -110,3 +110,42 @@ def test_a_code_f_students_docstring_is_its_own_after_the_teachers_imports():
     inputs = [str(k) for k in range(10)]
     [result] = verify.grade("code_f", [dict(problem, inputs=inputs, answer=student)])
     assert result["correct"], result
+
+
+# Round 16: more of what the sandbox says on a code_i student's input that stock Python does not
+# say. A01: a caught refusal in the run of an answer as written (`[[0]] * 2`: one list twice);
+# A04: an int subclass, equal to the gold in Python, which the encoding cannot carry.
+def test_a_refusal_in_an_answer_run_as_written_voids_its_problem():
+    program = ("import copy\nclass Box: pass\ndef f(rows):\n    rows[0].append(1)\n"
+               "    if len(rows[1]) == 2:\n        try: copy.deepcopy(Box())\n"
+               "        except Exception: pass\n    return len(rows)")
+    [problem] = verify.validate("code_i", [{"program": program, "input": "[[0], [0]]"}])
+    assert problem["valid"], problem
+    [result] = verify.grade("code_i", [dict(problem, input="[[0], [0]]", answer="[[0]] * 2")])
+    assert result["void"] and result["reason"].startswith("void: the sandbox"), result
+
+
+def test_a_value_the_encoding_cannot_carry_on_a_students_input_voids_its_problem():
+    program = "class Num(int):\n    pass\ndef f(x):\n    r = x % 10\n    if x < 10:\n" \
+              "        return r\n    return Num(r)"
+    [problem] = verify.validate("code_i", [{"program": program, "input": "7"}])
+    assert problem["valid"], problem
+    results = verify.grade("code_i", [dict(problem, input="7", answer=a) for a in ("17", "27")])
+    for result in results:
+        assert result["void"] and "not a plain value" in result["reason"], results
+
+
+def test_a_program_whose_answer_on_a_students_input_depends_on_the_world_is_void():
+    # A05: f is deterministic on its teacher's input and reads a set's hash order on any other
+    program = ("def f(word):\n    n = len(word)\n    if word == 'zqx':\n        return n\n"
+               "    order = sorted(set('abcdefghijklmnop'), key=lambda w: 0)\n"
+               "    return n + order.index('a')")
+    [problem] = verify.validate("code_i", [{"program": program, "input": "'zqx'"}])
+    assert problem["valid"], problem
+    answers = [repr(a + b + c) for a in "abcd" for b in "efgh" for c in "ijkl"]
+    results = verify.grade("code_i", [dict(problem, input="'zqx'", answer=a) for a in answers])
+    # 64 answers, each seen in two worlds: one whose two runs disagree voids them all. Caught only
+    # if two zygotes' hash seeds order the set differently (16 letters: nearly always here)
+    assert all(r["void"] for r in results), [r["reason"] for r in results][:3]
+    assert results[0]["reason"].startswith("void: the program answers an input differently"), \
+        results[0]
