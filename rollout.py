@@ -178,5 +178,6 @@ def grade(attempts, check):
         a["correct"], a["void"] = False, False
         if a["answer"] is not None:
             result = next(results)
-            # void: the problem's own answer was not graded correct in this batch (verify.grade)
+            # void: the problem's own answer was not graded correct in this batch, or a code_i
+            # answer the sandbox cannot decide (verify.grade)
             a["correct"], a["void"] = bool(result["correct"]), bool(result.get("void"))

@@ -409,14 +409,16 @@ def assign_rewards(proposals, attempts, matches, cfg, tools, state):
     update); so does a valid problem none of whose attempts was generated."""
     for a in attempts:
         a["reward"] = None
-        # a void problem decides nothing: its attempts are neither rewarded nor penalised
+        # a void attempt decides nothing: neither rewarded nor penalised (verify.grade: its
+        # problem's own answer not graded correct in this batch, or a code_i answer the sandbox
+        # cannot decide)
         if not a["gen"]["error"] and not a.get("void"):
             a["reward"] = student_reward(a["correct"], a["answer"] is not None)
     for p in proposals:
         graded = [a["correct"] for a in p["attempts"] if not a["gen"]["error"]]
         p["solve_rate"] = logs.mean(graded) if p["valid"] else None
-        # a void problem (its own answer not graded correct in this batch): its teacher is not
-        # paid for it
+        # a problem with a void attempt: its teacher is not paid for it (else a teacher that made
+        # its students' right answers void would be paid on the wrong ones left)
         p["void"] = any(a.get("void") for a in p["attempts"])
         if p["void"]:
             p["solve_rate"] = None
@@ -477,15 +479,21 @@ def update(members, proposals, attempts, matches, cfg, tools, state):
 
 def rate(matches, attempts, members, cfg):
     """One rated match per (teacher, student) pair (design §6): the student's solve rate on its
-    teacher's valid problems decides the outcome. Fills the match records; returns the rated ones
-    (students-only runs have none)."""
+    teacher's valid problems decides the outcome, none of a void problem's attempts counted (as
+    in assign_rewards; a pair whose every problem is void is not rated). Fills the match records;
+    returns the rated ones (students-only runs have none)."""
     by_name = {m["name"]: m for m in members}
     played = []
     for match in matches:
         if match["teacher"] is None:
             continue
-        mine = [a["correct"] for a in attempts if a["proposal"] is not None and not a.get("void")
-                and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
+        theirs = [a for a in attempts if a["proposal"] is not None
+                  and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
+        mine = [a["correct"] for a in theirs if not a["proposal"].get("void")]
+        # every problem of the pair void: the match decides nothing (not the teacher's loss of
+        # a teacher with no valid problem, which a student's void answer would then buy)
+        if theirs and not mine:
+            continue
         match["solve_rate"] = logs.mean(mine)
         match["outcome"] = MATCH_RULES[cfg["match_rule"]](match["solve_rate"], cfg)
         # deviation 6: a self-match carries no rating information

@@ -434,12 +434,12 @@ def _over_budget(run):
 
 # how a child's run ends when the sandbox, not Python, stopped it: a refusal (caught or not), the
 # child's memory or time, a crash, a value the encoding cannot carry (an int subclass, equal to an
-# int in Python: red team round 16, A04). Not a value too large: no plain value that large equals
-# a gold, which is small.
+# int in Python: red team round 16, A04) or carry in its budget (a Decimal with 5,000 trailing
+# zeros or a Counter of zero counts equals a small gold: round 17, A01)
 SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed", "exited",
                 "malformed result", "worker died", "result too large",
                 "ValueError: output is not a plain value", "ValueError: output is an unnormalised",
-                "ValueError: too many keys with one hash")
+                "ValueError: too many keys with one hash", "ValueError: output too large")
 
 
 def _sandbox_ended(run):
@@ -449,6 +449,16 @@ def _sandbox_ended(run):
     MemoryError or an exception class named `timeout` itself: then it voids a problem of its own
     teacher's, which pays nobody."""
     return not run["ok"] and not run.get("input") and run["error"].startswith(SANDBOX_ENDS)
+
+
+def _readable(run):
+    """Can this process decode every value of a run (its limits: sizes, keys of one hash)?"""
+    try:
+        for value in run["values"]:
+            decode(_tree(value))
+    except (ValueError, ArithmeticError, RecursionError, MemoryError, TypeError):
+        return False
+    return True
 
 
 def _same_answer(run, other):
@@ -830,9 +840,11 @@ def grade(task, attempts, timeout=5.0):
     call(s) in its child, as in validation, so f can tell them apart by its argument alone). A
     problem whose own answer is not graded correct in every check (a wrong value, an error, a
     timeout) is VOID: every attempt of it in the batch is "void" (not correct, and neither rewarded
-    nor penalised: a problem whose answer depends on the world it runs in decides nothing). So is a
-    code_i problem whose program the sandbox stopped on an attempt's input (_sandbox_ended: a
-    refusal, the child's memory or time), where stock Python may have answered."""
+    nor penalised: a problem whose answer depends on the world it runs in decides nothing). A code_i
+    attempt is void by itself when the sandbox stopped the teacher's program on its input
+    (_sandbox_ended: a refusal, the child's memory or time, a value the encoding cannot carry),
+    when f answers it differently in the two families, or when its value cannot be read here:
+    where stock Python may have answered otherwise."""
     _task(task)
     results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
     with screen.silenced():
@@ -889,17 +901,27 @@ def grade(task, attempts, timeout=5.0):
         if not all(_matches(run, compared, gold) for run in runs_of):
             void[key] = "void: the problem's own answer is not graded correct here"
     # code_i: the teacher's program on a student's input, a path its own input never took, where
-    # the sandbox may refuse what stock Python runs (red team round 15, A08: such a path on every
-    # input but the teacher's own graded right answers wrong, at the teacher's choice)
+    # the sandbox may not say what stock Python says (red team round 15, A08: a refusal on every
+    # input but the teacher's own graded right answers wrong, at the teacher's choice). Such an
+    # attempt is void, itself alone: another student's verdict stands (round 17, A05: a wrong
+    # answer voided its peers' right ones); its problem pays its teacher nothing and decides no
+    # rated match (train.py), so voiding right answers gains a teacher nothing
+    unsure = {}
     for i, run, _, _, key in done if task == "code_i" else ():
         # as plain data, or as written (red team round 16, A01: a refusal only there)
         for ran in (run, written.get(i, run)):
             if _sandbox_ended(ran):
-                void.setdefault(key, "void: the sandbox stopped the program on an input "
+                unsure.setdefault(i, "void: the sandbox stopped the program on it "
                                      f"({ran['error']})")
         if i in elsewhere and not _same_answer(run, elsewhere[i]):
-            void.setdefault(key, "void: the program answers an input differently in two worlds")
+            unsure.setdefault(i, "void: the program answers it differently in two worlds")
+        # a value this process cannot read (round 17, A02: keys of one hash, refused by decode)
+        if run["ok"] and not _readable(run):
+            unsure.setdefault(i, "void: its value cannot be read here")
     for i, run, compared, gold, key in done:
+        if i in unsure:
+            results[i].update(void=True, reason=unsure[i])
+            continue
         # one of its runs could not go where the others ran: this attempt decides nothing
         if _lost(run) or _lost(written.get(i, run)):
             results[i].update(void=True, reason="void: its zygote was replaced between its runs")

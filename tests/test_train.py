@@ -223,6 +223,28 @@ def test_teacher_reward(valid, rate, expected):
         pytest.approx(expected)
 
 
+def test_a_void_problem_decides_no_match():
+    """A problem with a void attempt (verify.grade: a code_i answer the sandbox cannot decide)
+    counts in no match: a teacher that voided its students' right answers would win on the wrong
+    ones left; and a pair whose every problem is void is not rated (a teacher with no valid problem
+    loses, which a student's void answer would otherwise buy)."""
+    cfg = dict(train.config, baseline=False)
+    members = [{"name": "t0", "rating": ratings.new(cfg["rating"])},
+               {"name": "s0", "rating": ratings.new(cfg["rating"])}]
+    right, wrong = {"void": False}, {"void": True}
+
+    def attempt(problem, correct, void=False):
+        return {"proposal": problem, "teacher": "t0", "student": "s0", "correct": correct,
+                "void": void}
+    # the teacher voided the right answer of its second problem: only the first decides
+    attempts = [attempt(right, True), attempt(wrong, False), attempt(wrong, False, True)]
+    [played] = train.rate([{"teacher": "t0", "student": "s0"}], attempts, members, cfg)
+    assert played["solve_rate"] == 1.0 and played["outcome"] == 1, played
+    before = [dict(m["rating"]) for m in members]
+    assert train.rate([{"teacher": "t0", "student": "s0"}], attempts[1:], members, cfg) == []
+    assert [m["rating"] for m in members] == before
+
+
 def test_student_reward():
     assert train.student_reward(True, True) == 1.0
     assert train.student_reward(False, True) == -0.5

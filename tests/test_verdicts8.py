@@ -55,7 +55,7 @@ ANSWERED = {
 
 
 @pytest.mark.parametrize("task", sorted(ANSWERED))
-def test_an_answer_reaching_a_huge_value_is_wrong_in_the_child(sent, task):
+def test_an_answer_reaching_a_huge_value_fails_in_the_child(sent, task):
     program, given, huge, right = ANSWERED[task]
     [problem] = verify.validate(task, [{"program": program, "input": given}])
     assert problem["valid"], problem
@@ -63,6 +63,9 @@ def test_an_answer_reaching_a_huge_value_is_wrong_in_the_child(sent, task):
     attempts = [dict(problem, input=given, answer=a) for a in (huge, right)]
     wrong, correct = verify.grade(task, attempts)
     assert not wrong["correct"] and "output too large" in wrong["reason"], wrong
+    # code_i: the teacher's f made it, which the sandbox cannot carry (a value that large may
+    # still equal a small gold: red team round 17, A01): that attempt alone is void
+    assert wrong["void"] == (task == "code_i"), wrong
     assert correct["correct"], correct
     assert max(sent) < MAX_SENT, sent
 
