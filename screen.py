@@ -828,12 +828,7 @@ def own_names_read(program, inputs):
     code_f student sees the inputs, never the program."""
     read = set()
     for text in inputs:
-        read |= _global_reads(f"f(\n{text}\n)") - {"f"}
-        call = parse(f"f(\n{text}\n)", "eval").body
-        # f itself, read by the input (a lambda's own f errs towards "hidden")
-        if any(type(node) is ast.Name and node.id == "f" for part in [*call.args, *call.keywords]
-               for node in ast.walk(part)):
-            read.add("f")
+        read |= _names_read(text)
     if not read:
         return []
     tree = parse(program)
@@ -847,6 +842,34 @@ def own_names_read(program, inputs):
             rebound.add(node.name)
     known = (_BUILTIN_NAMES | _scope_facts(tree.body)[2]) - rebound
     return sorted(read - known)
+
+
+def functions_read(program, text):
+    """The program's own functions (a top-level def, f among them, or a name bound to a lambda)
+    that an input's `text` reads: a code_i answer that runs f searches for its input
+    (`next(x for x in range(10 ** 5) if f(x) == 392)`) instead of finding it (red team round 18,
+    A05)."""
+    read = _names_read(text)
+    if not read:
+        return []
+    defs = set()
+    for node in parse(program).body:
+        if type(node) in _SCOPES[:2]:
+            defs.add(node.name)
+        elif type(node) is ast.Assign and type(node.value) is ast.Lambda:
+            defs.update(t.id for t in node.targets if type(t) is ast.Name)
+    return sorted(read & defs)
+
+
+def _names_read(text):
+    """The names an input's text reads from the namespace it runs in, f included (a lambda's own
+    parameter f errs towards f)."""
+    read = _global_reads(f"f(\n{text}\n)") - {"f"}
+    call = parse(f"f(\n{text}\n)", "eval").body
+    if any(type(node) is ast.Name and node.id == "f" for part in [*call.args, *call.keywords]
+           for node in ast.walk(part)):
+        read.add("f")
+    return read
 
 
 def _global_reads(text):

@@ -479,8 +479,8 @@ def update(members, proposals, attempts, matches, cfg, tools, state):
 
 def rate(matches, attempts, members, cfg):
     """One rated match per (teacher, student) pair (design §6): the student's solve rate on its
-    teacher's valid problems decides the outcome, none of a void problem's attempts counted (as
-    in assign_rewards; a pair whose every problem is void is not rated). Fills the match records;
+    teacher's valid problems decides the outcome, none counted of a problem the student has a void
+    attempt of (a pair whose every problem is void is not rated). Fills the match records;
     returns the rated ones (students-only runs have none)."""
     by_name = {m["name"]: m for m in members}
     played = []
@@ -489,7 +489,10 @@ def rate(matches, attempts, members, cfg):
             continue
         theirs = [a for a in attempts if a["proposal"] is not None
                   and a["teacher"] == match["teacher"] and a["student"] == match["student"]]
-        mine = [a["correct"] for a in theirs if not a["proposal"].get("void")]
+        # a problem this student has a void attempt of counts not (another student's void attempt
+        # changes no match of this one's: red team round 18, A03)
+        void = {id(a["proposal"]) for a in theirs if a.get("void")}
+        mine = [a["correct"] for a in theirs if id(a["proposal"]) not in void]
         # every problem of the pair void: the match decides nothing (not the teacher's loss of
         # a teacher with no valid problem, which a student's void answer would then buy)
         if theirs and not mine:

@@ -279,6 +279,10 @@ def _proposal(task, p):
     hidden = screen.own_names_read(program, inputs) if task == "code_f" else []
     if hidden:
         raise Invalid(f"an input uses the program's own {hidden[0]}, which students never see")
+    # its natural answer would be refused (_attempt: a code_i answer may not search through f)
+    runs = screen.functions_read(program, inputs[0]) if task == "code_i" else []
+    if runs:
+        raise Invalid(f"the input runs the program's own {runs[0]}, which an answer may not")
     # f gets plain data, rebuilt: what Python passes it that plain data cannot carry (two names for
     # one list, a set's order, a defaultdict's factory, what an input's own call of f changed)
     # would make the shown output differ from the one a student derives from the input's text. So
@@ -421,8 +425,7 @@ def _step_failed(chunk, error):
     for run in chunk:
         if _lost(run):
             return run
-    # "input": the input's own text failed (its expression), before f ran
-    return dict(sandbox.failed(error), zygote=chunk[0]["zygote"], input=True)
+    return dict(sandbox.failed(error), zygote=chunk[0]["zygote"])
 
 
 def _over_budget(run):
@@ -443,12 +446,12 @@ SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed
 
 
 def _sandbox_ended(run):
-    """Did the sandbox's own limits end the teacher's program on an input's plain data, where stock
-    Python may have gone on (SANDBOX_ENDS)? Not a run whose input's own expression failed first:
-    that is the answer's doing (a student's `[0] * 10**10` is its own). A program can raise a
-    MemoryError or an exception class named `timeout` itself: then it voids a problem of its own
-    teacher's, which pays nobody."""
-    return not run["ok"] and not run.get("input") and run["error"].startswith(SANDBOX_ENDS)
+    """Did the sandbox's own limits end a run, where stock Python may have gone on (SANDBOX_ENDS)?
+    The answer's own expression too, which runs with the teacher's program in scope (red team
+    round 18, A01: an answer `f(3) + 1` met a refusal in f). A program can raise a MemoryError or
+    an exception class named `timeout` itself: then it voids an attempt of its own problem, which
+    then pays its teacher nothing."""
+    return not run["ok"] and run["error"].startswith(SANDBOX_ENDS)
 
 
 def _readable(run):
@@ -792,6 +795,10 @@ def _attempt(task, a, seen):
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
     # and only call of f in its child); the check runs the teacher's input as any answer is run
     entry = _arguments_entry(program, program, [a["answer"]], [None])
+    # not a search through the program (red team round 18, A05)
+    runs = entry["packs"] and screen.functions_read(program, a["answer"])
+    if runs:
+        raise Invalid(f"the answer runs the program's own {runs[0]}")
     _check_arguments(entry["args"])
     check["natural"] = _teacher_as_written(a, program, seen)
     return entry, None, slice(0, 1), [a["gold"]], check

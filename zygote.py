@@ -553,6 +553,9 @@ def _models_only():
     # even if caught (stock Python makes the class); every enum class is made already
     meta = sys.modules["enum"].EnumMeta
     meta._create_ = meta._convert_ = _no_functional_enum
+    # random numbers, which the screen refuses by name, through statistics (its random is seeded
+    # alike in every child of a zygote: a coin whose bias a teacher chose, red team round 18, A06)
+    sys.modules["statistics"].NormalDist.samples = _no_random
     # a child has one thread: a lock it holds is never released while it waits, so a timed wait
     # fails at once rather than sleeps (queue.Queue().get(timeout=0.4) in a loop would hold its
     # zygote to the wall backstop using no CPU, past IDLE_S) and a wait for ever is refused;
@@ -669,6 +672,10 @@ def _refuse(what):
 
 def _no_functional_enum(*args, **kwargs):
     _refuse("the enum functional API")
+
+
+def _no_random(*args, **kwargs):
+    _refuse("random numbers (statistics.NormalDist.samples)")
 
 
 def _load_libc():

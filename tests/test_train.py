@@ -224,14 +224,14 @@ def test_teacher_reward(valid, rate, expected):
 
 
 def test_a_void_problem_decides_no_match():
-    """A problem with a void attempt (verify.grade: a code_i answer the sandbox cannot decide)
-    counts in no match: a teacher that voided its students' right answers would win on the wrong
-    ones left; and a pair whose every problem is void is not rated (a teacher with no valid problem
-    loses, which a student's void answer would otherwise buy)."""
+    """A problem the student has a void attempt of (verify.grade: a code_i answer the sandbox
+    cannot decide) counts in no match of that student's: a teacher that voided its students' right
+    answers would win on the wrong ones left; and a pair whose every problem is void is not rated
+    (a teacher with no valid problem loses, which a student's void answer would otherwise buy)."""
     cfg = dict(train.config, baseline=False)
     members = [{"name": "t0", "rating": ratings.new(cfg["rating"])},
                {"name": "s0", "rating": ratings.new(cfg["rating"])}]
-    right, wrong = {"void": False}, {"void": True}
+    right, wrong = {}, {}
 
     def attempt(problem, correct, void=False):
         return {"proposal": problem, "teacher": "t0", "student": "s0", "correct": correct,
@@ -243,6 +243,12 @@ def test_a_void_problem_decides_no_match():
     before = [dict(m["rating"]) for m in members]
     assert train.rate([{"teacher": "t0", "student": "s0"}], attempts[1:], members, cfg) == []
     assert [m["rating"] for m in members] == before
+    # another student's void attempt of a problem changes no match of this student's (red team
+    # round 18, A03: a long literal voided a problem out of every pair's match)
+    other = dict(attempt(wrong, False, True), student="s1")
+    [played] = train.rate([{"teacher": "t0", "student": "s0"}], [attempts[0], attempts[1], other],
+                          members, cfg)
+    assert played["solve_rate"] == 0.5, played
 
 
 def test_student_reward():

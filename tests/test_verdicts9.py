@@ -34,14 +34,16 @@ def test_a_code_i_answer_the_sandbox_cannot_run_is_void(kind):
     assert own["correct"] and not own["void"], own
 
 
-def test_an_answer_whose_own_expression_the_sandbox_stops_is_wrong_not_void():
-    # the student's own text ran out of the child's memory, before f: its doing, not the problem's
+def test_an_answer_whose_own_expression_the_sandbox_stops_is_void_alone():
+    # the student's own text ran out of the child's memory before f: that attempt decides nothing
+    # (it runs with the teacher's program in scope, where a refusal may be the teacher's: round 18,
+    # A01), and voids no other
     [problem] = verify.validate("code_i", [{"program": "def f(n):\n    return len(n) > 0",
                                             "input": "[1]"}])
     own, right = verify.grade("code_i", [dict(problem, input="[1]", answer=a)
                                          for a in ("[0] * 10 ** 10", "[2]")])
-    assert not own["correct"] and not own["void"], own
-    assert own["reason"].startswith("error: MemoryError"), own
+    assert own["void"] and not own["correct"], own
+    assert "MemoryError" in own["reason"], own
     assert right["correct"] and not right["void"], right
 
 
@@ -189,3 +191,52 @@ def test_a_students_wrong_answer_voids_no_other_attempt():
                                       for a in ("[1, 5]", strings, "[1, 5]")])
     assert results[0]["correct"] and results[2]["correct"], results
     assert not results[1]["correct"], results
+
+
+# Round 18: A01, an answer's own expression reaches a refusal of the teacher's (through a class's
+# method); A05, an answer that runs f searches for the input instead of finding it; A06, random
+# numbers through statistics, seeded alike in every child of a zygote
+def test_a_refusal_the_teachers_code_meets_in_an_answers_expression_is_void():
+    program = ("import copy\nclass Box: pass\nclass K:\n    @staticmethod\n    def g(x):\n"
+               "        if x != 7:\n            try: copy.deepcopy(Box())\n"
+               "            except Exception: pass\n        return x\ndef f(x):\n    return x * 2")
+    [problem] = verify.validate("code_i", [{"program": program, "input": "7"}])
+    assert problem["valid"], problem
+    met, plain = verify.grade("code_i", [dict(problem, input="7", answer=a)
+                                         for a in ("K.g(3) + 4", "K.g(7)")])
+    assert met["void"] and met["reason"].startswith("void: the sandbox"), met
+    assert plain["correct"], plain
+
+
+def test_a_code_i_answer_may_not_run_the_programs_functions():
+    program = "def g(x):\n    return f(x)\nh = lambda x: f(x)\ndef f(x):\n    return x * x"
+    [problem] = verify.validate("code_i", [{"program": program, "input": "19"}])
+    assert problem["valid"] and problem["output"] == "361", problem
+    searches = ["next(x for x in range(10 ** 5) if f(x) == 361)", "[f][0](19) - 342",
+                "next(x for x in range(99) if g(x) == 361)", "h(19) - 342"]
+    results = verify.grade("code_i", [dict(problem, input="19", answer=a)
+                                      for a in searches + ["19", "(lambda f: f)(19)"]])
+    for result in results[:4]:
+        assert not result["correct"] and "runs the program's own" in result["reason"], results
+    assert results[4]["correct"], results
+    # a lambda's own parameter named f errs towards f: refused too
+    assert not results[5]["correct"], results
+    # and a code_i proposal whose own input runs f, which no answer could repeat (code_o: valid)
+    proposal = {"program": program, "input": "f(3) + 10"}
+    [code_i] = verify.validate("code_i", [proposal])
+    assert not code_i["valid"] and "runs the program's own f" in code_i["reason"], code_i
+    assert verify.validate("code_o", [proposal])[0]["valid"]
+
+
+def test_random_numbers_through_statistics_are_refused():
+    program = ("import statistics\ndef f(x):\n    if x == 8:\n"
+               "        return int(statistics.NormalDist(0, 1).samples(1)[0] >= 0.5)\n"
+               "    return 1")
+    [problem] = verify.validate("code_i", [{"program": program, "input": "1"}])
+    assert problem["valid"], problem
+    coin, right = verify.grade("code_i", [dict(problem, input="1", answer=a) for a in ("8", "1")])
+    assert coin["void"] and "random numbers" in coin["reason"], coin
+    assert right["correct"], right
+    # on the teacher's own input: not valid
+    [result] = verify.validate("code_i", [{"program": program, "input": "8"}])
+    assert not result["valid"] and "random numbers" in result["reason"], result

@@ -271,8 +271,9 @@ GRADE_CASES = [
     # another input that works
     ("code_i", dict(PROBLEMS[0], answer="[2, 3, 1],\n'x'"), True),
     ("code_i", dict(CODE_O, answer="3), (4"), False),
-    # an input may call f (AZR seeds)
-    ("code_i", dict(CODE_O, answer="f(1)[0] + 2"), True),
+    # an answer may not run f (2 of AZR's 256 seeds have such inputs, valid for code_o only): a
+    # search for the input is no answer (red team round 18, A05)
+    ("code_i", dict(CODE_O, answer="f(1)[0] + 2"), False),
 ]
 F_ATTEMPT = {"program": "def f(x):\n    return x * 2", "inputs": [str(k) for k in range(10)],
              "outputs": [str(2 * k) for k in range(10)], "message": "doubles"}
