@@ -844,23 +844,6 @@ def own_names_read(program, inputs):
     return sorted(read - known)
 
 
-def functions_read(program, text):
-    """The program's own functions (a top-level def, f among them, or a name bound to a lambda)
-    that an input's `text` reads: a code_i answer that runs f searches for its input
-    (`next(x for x in range(10 ** 5) if f(x) == 392)`) instead of finding it (red team round 18,
-    A05)."""
-    read = _names_read(text)
-    if not read:
-        return []
-    defs = set()
-    for node in parse(program).body:
-        if type(node) in _SCOPES[:2]:
-            defs.add(node.name)
-        elif type(node) is ast.Assign and type(node.value) is ast.Lambda:
-            defs.update(t.id for t in node.targets if type(t) is ast.Name)
-    return sorted(read & defs)
-
-
 def _names_read(text):
     """The names an input's text reads from the namespace it runs in, f included (a lambda's own
     parameter f errs towards f)."""

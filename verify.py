@@ -279,10 +279,11 @@ def _proposal(task, p):
     hidden = screen.own_names_read(program, inputs) if task == "code_f" else []
     if hidden:
         raise Invalid(f"an input uses the program's own {hidden[0]}, which students never see")
-    # its natural answer would be refused (_attempt: a code_i answer may not search through f)
-    runs = screen.functions_read(program, inputs[0]) if task == "code_i" else []
-    if runs:
-        raise Invalid(f"the input runs the program's own {runs[0]}, which an answer may not")
+    # code_i: its natural answer would be refused (_attempt: an answer may not search through the
+    # program)
+    hidden = screen.own_names_read(program, inputs) if task == "code_i" else []
+    if hidden:
+        raise Invalid(f"the input uses the program's own {hidden[0]}, which an answer may not")
     # f gets plain data, rebuilt: what Python passes it that plain data cannot carry (two names for
     # one list, a set's order, a defaultdict's factory, what an input's own call of f changed)
     # would make the shown output differ from the one a student derives from the input's text. So
@@ -795,10 +796,12 @@ def _attempt(task, a, seen):
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
     # and only call of f in its child); the check runs the teacher's input as any answer is run
     entry = _arguments_entry(program, program, [a["answer"]], [None])
-    # not a search through the program (red team round 18, A05)
-    runs = entry["packs"] and screen.functions_read(program, a["answer"])
+    # not a search through the program (red team round 18, A05: `next(x for x in range(10 ** 5)
+    # if f(x) == 392)`; round 19, A01: through a class's method, an alias): an allowlist
+    runs = entry["packs"] and screen.own_names_read(program, [a["answer"]])
     if runs:
-        raise Invalid(f"the answer runs the program's own {runs[0]}")
+        raise Invalid(f"the answer uses the program's own {runs[0]} (an answer may read only "
+                      "builtins and the modules the program imports)")
     _check_arguments(entry["args"])
     check["natural"] = _teacher_as_written(a, program, seen)
     return entry, None, slice(0, 1), [a["gold"]], check

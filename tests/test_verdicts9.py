@@ -193,38 +193,33 @@ def test_a_students_wrong_answer_voids_no_other_attempt():
     assert not results[1]["correct"], results
 
 
-# Round 18: A01, an answer's own expression reaches a refusal of the teacher's (through a class's
-# method); A05, an answer that runs f searches for the input instead of finding it; A06, random
-# numbers through statistics, seeded alike in every child of a zygote
-def test_a_refusal_the_teachers_code_meets_in_an_answers_expression_is_void():
-    program = ("import copy\nclass Box: pass\nclass K:\n    @staticmethod\n    def g(x):\n"
-               "        if x != 7:\n            try: copy.deepcopy(Box())\n"
-               "            except Exception: pass\n        return x\ndef f(x):\n    return x * 2")
-    [problem] = verify.validate("code_i", [{"program": program, "input": "7"}])
-    assert problem["valid"], problem
-    met, plain = verify.grade("code_i", [dict(problem, input="7", answer=a)
-                                         for a in ("K.g(3) + 4", "K.g(7)")])
-    assert met["void"] and met["reason"].startswith("void: the sandbox"), met
-    assert plain["correct"], plain
-
-
-def test_a_code_i_answer_may_not_run_the_programs_functions():
-    program = "def g(x):\n    return f(x)\nh = lambda x: f(x)\ndef f(x):\n    return x * x"
+# Round 18: A05, an answer that runs f searches for the input instead of finding it (and A01, an
+# answer's expression met a refusal in the teacher's code through a class's method: no answer
+# reaches the teacher's code now); A06, random numbers through statistics, seeded alike in every
+# child of a zygote
+def test_a_code_i_answer_may_read_only_builtins_and_imported_modules():
+    # round 19, A01: a denylist of the program's functions let a search through a class's method,
+    # a staticmethod or an alias through: an allowlist now, as for code_f inputs
+    program = ("import math\ndef g(x):\n    return f(x)\nh = lambda x: f(x)\nk = g\n"
+               "class S:\n    def go(self, x):\n        return f(x)\n"
+               "    @staticmethod\n    def run(x):\n        return f(x)\n"
+               "def f(x):\n    return x * x")
     [problem] = verify.validate("code_i", [{"program": program, "input": "19"}])
     assert problem["valid"] and problem["output"] == "361", problem
     searches = ["next(x for x in range(10 ** 5) if f(x) == 361)", "[f][0](19) - 342",
-                "next(x for x in range(99) if g(x) == 361)", "h(19) - 342"]
-    results = verify.grade("code_i", [dict(problem, input="19", answer=a)
-                                      for a in searches + ["19", "(lambda f: f)(19)"]])
-    for result in results[:4]:
-        assert not result["correct"] and "runs the program's own" in result["reason"], results
-    assert results[4]["correct"], results
+                "next(x for x in range(99) if g(x) == 361)", "h(19) - 342", "k(19) - 342",
+                "next(x for x in range(99) if S().go(x) == 361)", "S.run(19) - 342"]
+    results = verify.grade("code_i", [dict(problem, input="19", answer=a) for a in
+                                      searches + ["19", "math.isqrt(361)", "(lambda f: f)(19)"]])
+    for result in results[:len(searches)]:
+        assert not result["correct"] and "the program's own" in result["reason"], results
+    assert results[-3]["correct"] and results[-2]["correct"], results
     # a lambda's own parameter named f errs towards f: refused too
-    assert not results[5]["correct"], results
+    assert not results[-1]["correct"], results
     # and a code_i proposal whose own input runs f, which no answer could repeat (code_o: valid)
     proposal = {"program": program, "input": "f(3) + 10"}
     [code_i] = verify.validate("code_i", [proposal])
-    assert not code_i["valid"] and "runs the program's own f" in code_i["reason"], code_i
+    assert not code_i["valid"] and "the program's own f" in code_i["reason"], code_i
     assert verify.validate("code_o", [proposal])[0]["valid"]
 
 
