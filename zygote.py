@@ -556,6 +556,9 @@ def _models_only():
     # random numbers, which the screen refuses by name, through statistics (its random is seeded
     # alike in every child of a zygote: a coin whose bias a teacher chose, red team round 18, A06)
     sys.modules["statistics"].NormalDist.samples = _no_random
+    # a count of the abstract-class registrations this process made (30 in every zygote, 23-25 in
+    # stock as root or not: a gold nobody derives, and a tell of the sandbox; round 19, A02)
+    sys.modules["abc"].get_cache_token = _no_cache_token
     # a child has one thread: a lock it holds is never released while it waits, so a timed wait
     # fails at once rather than sleeps (queue.Queue().get(timeout=0.4) in a loop would hold its
     # zygote to the wall backstop using no CPU, past IDLE_S) and a wait for ever is refused;
@@ -676,6 +679,10 @@ def _no_functional_enum(*args, **kwargs):
 
 def _no_random(*args, **kwargs):
     _refuse("random numbers (statistics.NormalDist.samples)")
+
+
+def _no_cache_token(*args, **kwargs):
+    _refuse("abc.get_cache_token (a count of this process's class registrations)")
 
 
 def _load_libc():

@@ -235,3 +235,10 @@ def test_random_numbers_through_statistics_are_refused():
     # on the teacher's own input: not valid
     [result] = verify.validate("code_i", [{"program": program, "input": "8"}])
     assert not result["valid"] and "random numbers" in result["reason"], result
+
+
+def test_the_processs_count_of_class_registrations_is_refused():
+    # round 19, A02: abc.get_cache_token() was 30 in every zygote, 23-25 in stock python3
+    program = "import abc\ndef f(x):\n    return x + abc.get_cache_token()"
+    [result] = verify.validate("code_o", [{"program": program, "input": "0"}])
+    assert not result["valid"] and "get_cache_token" in result["reason"], result
