@@ -101,7 +101,11 @@ class _Capped(io.BytesIO):
         return len(b)
 
 
-def _evaluate(job, exec_=exec, eval_=eval):
+# Python's own recursion limit, before anything here changes it
+_STOCK_LIMIT = sys.getrecursionlimit()
+
+
+def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.setrecursionlimit):
     """The job proper, on code objects the parent compiled -> the JSON text of each value's
     encoding, in order: each expression of job["calls"], then f on each argument list of
     job["args"]. The job holds no gold: the parent compares. Order: every argument list decoded
@@ -112,8 +116,17 @@ def _evaluate(job, exec_=exec, eval_=eval):
     arguments = []
     for encoding in job.get("args", ()):
         arguments.append(decode(encoding))
+    # a model program has the stack room of a script run by stock Python: its top level (and an
+    # expression of job["calls"]) as much as a module's, f as much as when that module's top level
+    # calls it; measured under the frames of this harness (red team round 18, A08: a room above
+    # stock's told f it ran in the sandbox, and f graded right code_i answers wrong)
+    under = 0
     if job.get("audit"):
+        frame = getframe(0)
+        while frame is not None:
+            under, frame = under + 1, frame.f_back
         _watch(job)
+        limit(_STOCK_LIMIT + under)
     # a module's own __doc__ (None without a docstring), not the builtins module's (red team round
     # 10, A11)
     ns = {"__name__": "__main__", "__doc__": None}
@@ -129,6 +142,8 @@ def _evaluate(job, exec_=exec, eval_=eval):
         values.append(_encoded(eval_(call, ns), budget, units))
     if arguments:
         f = ns["f"]
+        if under:
+            limit(_STOCK_LIMIT + under - 1)
         for args, kwargs in arguments:
             values.append(_encoded(f(*args, **kwargs), budget, units))
     return values
@@ -475,11 +490,6 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
         _idle = True
         _models_only()
         hello["modules"] = len(sys.modules)
-        # the stack room f is called with differs from zygote to zygote (so between the two
-        # families of a validation, 255 times in 256): a program that measures it (recursing to
-        # RecursionError) is non-deterministic, not a gold nobody can derive from its text (red
-        # team round 10, A02/A03)
-        sys.setrecursionlimit(sys.getrecursionlimit() + int.from_bytes(os.urandom(1), "little"))
     # keep the collector off the zygote's pages in children
     gc.freeze()
     # the zygote enters the domain itself: children inherit it, free

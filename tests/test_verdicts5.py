@@ -2,6 +2,8 @@
 crashing validate and grade, an import in the program rebinding a name that the shown output or a
 code_f student's program reads, and two parent stalls (a fence opening of blanks, a chain of enum
 classes). Each test failed on the code before its fix (the commit that added it says how)."""
+import subprocess
+import sys
 import time
 
 import pytest
@@ -273,11 +275,12 @@ WORLD_GOLDS = {
     "caught_refusal": ("import copy\ndef f(x):\n    try:\n        return copy.deepcopy(x)\n"
                        "    except Exception as e:\n        return str(e)", "[{1: {2}}]",
                        "the program caught it"),
-    # the stack room left: the same in every child before, a gold no reader can derive
-    "stack_room": ("def depth(n=0):\n    try:\n        return depth(n + 1)\n"
-                   "    except RecursionError:\n        return n\n\ndef f(x):\n"
-                   "    return depth() + x", "1", "non-deterministic"),
 }
+# the stack room left: the same in every child before round 10 (a gold no reader could derive),
+# then random above stock's (a tell of the sandbox: red team round 18, A08); now stock's own
+STACK_ROOM = ("def depth(n=0):\n    try:\n        return depth(n + 1)\n"
+              "    except RecursionError:\n        return n\n\nT = depth()\n\ndef f(x):\n"
+              "    return [T, depth(), x]")
 
 
 @pytest.mark.parametrize("name", sorted(WORLD_GOLDS))
@@ -287,6 +290,19 @@ def test_a_gold_made_of_the_sandboxs_world_is_refused(name):
     program, text, reason = WORLD_GOLDS[name]
     result = verify.validate("code_o", [{"program": program, "input": text}])[0]
     assert not result["valid"] and reason in result["reason"], result
+
+
+def test_a_program_has_the_stack_room_of_a_script_run_by_stock_python():
+    """Its top level as much as a script's, f as much as when the script's top level calls it: what
+    python3 itself prints (round 18, A08: f saw a room above stock's and graded right code_i
+    answers wrong)."""
+    stock = subprocess.run([sys.executable, "-c", STACK_ROOM + "\nprint(repr(f(1)))"],
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    problem = validated("code_o", {"program": STACK_ROOM, "input": "1"})
+    assert problem["output"] == stock, (problem, stock)
+    # and in code_i, on an input the teacher's own never was, as in validation
+    right = verify.grade("code_i", [dict(problem, input="1", answer="1")])[0]
+    assert right["correct"], right
 
 
 def test_a_programs_doc_is_its_own():
