@@ -159,3 +159,70 @@ def test_an_unknown_codec_is_a_lookup_error_as_in_stock_python():
     assert [stock(program, a, 60) for a in answers] == ["-1"] * 4
     graded = verify.grade("code_i", [dict(problem, answer=a) for a in answers])
     assert [g["correct"] for g in graded] == [True] * 4, graded
+
+
+# ------------------------------- what a program can see of its world, side by side with python3
+
+# Expressions of x (= 3) a teacher could use to tell the sandbox from stock Python: each must give
+# stock's value, or make the proposal invalid (a refusal). In code_i a tell is a teacher's lever:
+# raise on every input but its own, and right answers are graded wrong (red team round 18, A08/A09).
+WORLD = [
+    "import math", "math.factorial(x) + math.comb(2 * x, x)",
+    "import decimal", "str(decimal.Decimal(1) / 7) + str(decimal.getcontext().prec)",
+    "import fractions", "repr(fractions.Fraction(x, 6))",
+    "import collections", "repr(collections.namedtuple('P', 'a b')(x, 2))",
+    "import collections", "collections.Counter('abracadabra').most_common(2)",
+    "import json", "json.dumps({'b': [x, 1.5], 'a': None})",
+    "import re", "re.sub(r'(a+)', r'<\\1>', 'caaab' * x)",
+    "import string", "string.ascii_letters[:x] + string.punctuation[:x]",
+    "import textwrap", "textwrap.shorten('hello world again', width=12)",
+    "import unicodedata", "unicodedata.name('a') + str(len(unicodedata.normalize('NFD', 'é')))",
+    "import struct", "struct.pack('<iH', x, 2).hex()",
+    "import base64", "base64.b64encode(b'sandbox').decode()",
+    "import zlib", "zlib.crc32(b'sandbox')",
+    "import difflib", "difflib.SequenceMatcher(None, 'abcd', 'abed').ratio()",
+    "import keyword", "[keyword.iskeyword('def'), keyword.iskeyword('match')]",
+    "import statistics", "statistics.median([x, 1, 7, 2])",
+    "import heapq", "heapq.nsmallest(2, [5, x, 9, 1])",
+    "import itertools", "list(itertools.accumulate(range(x)))",
+    "import functools", "functools.reduce(lambda a, b: a * b, range(1, x + 2))",
+    "import operator", "operator.itemgetter(1, 0)([x, 4])",
+    "import enum", "repr(enum.Enum.__name__)",
+    "import typing", "repr(typing.List[int])",
+    "import queue", "[queue.Queue().qsize(), queue.Queue(x).maxsize]",
+    "import graphlib", "list(graphlib.TopologicalSorter({1: [2], 2: [3]}).static_order())",
+    "import cmath", "repr(cmath.sqrt(-x))",
+    "import array", "array.array('i', [x, 2]).tolist()",
+    "import copy", "copy.deepcopy([x, [2, {3: 4}]])",
+    "import abc", "abc.ABC.__name__",
+    "import math", "[__name__, len(repr(print)), repr(len)]",
+    "import math", "[repr(int), repr(str.upper), repr(ValueError('v'))]",
+    "import math", "[divmod(-7, x), round(2.675, 2), int('1f', 16), 0.1 + 0.2]",
+    "import math", "sorted({'pear', 'fig', 'apple'}) + [max('abc'), chr(960)]",
+    "import math", "['%.3e' % x, format(1234567.891, ',.2f'), f'{x:>5}|']",
+]
+# the tells known to be open (README: the pure-Python stand-ins in a model child): each still
+# differs from stock; the day one matches, move it to WORLD
+KNOWN_TELLS = [
+    "import queue", "queue.SimpleQueue.__name__",
+    "import queue", "str(queue.Queue().mutex.acquire)[:10]",
+]
+
+
+def _programs(pairs):
+    return [f"{pairs[k]}\n\ndef f(x):\n    return {pairs[k + 1]}" for k in range(0, len(pairs), 2)]
+
+
+def test_what_a_program_sees_of_its_world_is_stock_pythons():
+    programs = _programs(WORLD)
+    results = verify.validate("code_o", [{"program": p, "input": "3"} for p in programs])
+    differ = []
+    for program, result in zip(programs, results):
+        if result["valid"] and result["output"] != stock(program, "3", 60):
+            differ.append((program.split("return ")[-1], result["output"]))
+    assert not differ, differ
+    # a refusal would be allowed (invalid, never a gold unlike stock's), but these all run
+    assert all(r["valid"] for r in results), [r["reason"] for r in results]
+    for program, result in zip(_programs(KNOWN_TELLS), verify.validate(
+            "code_o", [{"program": p, "input": "3"} for p in _programs(KNOWN_TELLS)])):
+        assert result["valid"] and result["output"] != stock(program, "3", 60), result
