@@ -8,7 +8,6 @@ pool, and what it keeps in memory every child inherits.
 The child side (_child, _evaluate, _audit_hook) runs model and benchmark code; everything it needs
 is bound here before layer 3 disables os functions for user code.
 """
-import _thread
 import array
 import ctypes
 import gc
@@ -49,7 +48,8 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 WALL_FACTOR = 4
 # a model program's child that has used no CPU time for this long is ended then, as a timeout: it
 # has no threads and no clock to wait for, so it is blocked for good (on a lock it holds itself, a
-# queue.Queue().get(), ...) and the backstop would only waste its zygote's time
+# queue.SimpleQueue().get(): seccomp fails only timed waits, isolation._futex_rules) and the
+# backstop would only waste its zygote's time
 IDLE_S = 0.5
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
@@ -569,110 +569,6 @@ def _models_only():
     # a count of the abstract-class registrations this process made (30 in every zygote, 23-25 in
     # stock as root or not: a gold nobody derives, and a tell of the sandbox; round 19, A02)
     sys.modules["abc"].get_cache_token = _no_cache_token
-    # a child has one thread: a lock it holds is never released while it waits, so a timed wait
-    # fails at once rather than sleeps (queue.Queue().get(timeout=0.4) in a loop would hold its
-    # zygote to the wall backstop using no CPU, past IDLE_S) and a wait for ever is refused;
-    # threading's Condition, Event, Semaphore and queue's Queue all wait on these locks
-    queue = sys.modules["queue"]
-    queue.threading.Lock = queue.threading._allocate_lock = _allocate_lock
-    queue.SimpleQueue = queue._PySimpleQueue
-
-
-class _NoWaitLock:
-    """threading.Lock (_thread.lock) in a model child (_models_only), named, shown and checked as
-    stock Python's: acquiring a held lock fails at once (False when non-blocking or with a
-    timeout, as if the timeout had passed); a wait for ever, which hangs stock Python, is a
-    refusal (_refuse), which fails the job even if the program catches it. Its state lives in
-    _held_locks, not on the object, so that its attributes are stock's (no __dict__)."""
-    __module__ = "_thread"
-    __qualname__ = "lock"
-    __slots__ = ()
-
-    def __new__(cls, *args, **kwargs):
-        raise TypeError("cannot create '_thread.lock' instances")
-
-    def acquire(self, *args, **kwargs):
-        # stock's own parser and checks on a free lock: the same errors (ValueError for a negative
-        # timeout, OverflowError past TIMEOUT_MAX, TypeError ...) in the same order, no wait
-        _free_lock.acquire(*args, **kwargs)
-        _free_lock.release()
-        if id(self) not in _held_locks:
-            _held_locks[id(self)] = self
-            return True
-        blocking = True
-        if len(args) > 0:
-            blocking = args[0]
-        blocking = kwargs.get("blocking", blocking)
-        timeout = -1
-        if len(args) > 1:
-            timeout = args[1]
-        timeout = kwargs.get("timeout", timeout)
-        # the C parser read ints and floats (subclasses too) without calling their methods, and so
-        # does this; another type's __index__ would be called a second time, which a program can
-        # count (type() and the unbound C methods call nothing of the program's)
-        if not issubclass(type(blocking), int):
-            _refuse("a held lock's acquire with a blocking flag that is not an int")
-        if not int.__bool__(blocking):
-            return False
-        # it passed the checks, so a negative timeout is the one meaning "for ever"
-        if issubclass(type(timeout), float):
-            forever = float.__lt__(timeout, 0.0)
-        elif issubclass(type(timeout), int):
-            forever = int.__lt__(timeout, 0)
-        else:
-            _refuse("a held lock's acquire with a timeout that is not an int or a float")
-        if not forever:
-            return False
-        _refuse("deadlock: waiting for a lock only this thread could release")
-
-    def release(self, *args, **kwargs):
-        _no_arguments("lock.release()", args, kwargs)
-        if _held_locks.pop(id(self), None) is None:
-            raise RuntimeError("release unlocked lock")
-
-    def locked(self, *args, **kwargs):
-        _no_arguments("lock.locked()", args, kwargs)
-        return id(self) in _held_locks
-
-    def _at_fork_reinit(self, *args, **kwargs):
-        _no_arguments("lock._at_fork_reinit()", args, kwargs)
-        _held_locks.pop(id(self), None)
-
-    acquire_lock = __enter__ = acquire
-    release_lock = release
-    locked_lock = locked
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __repr__(self):
-        state = "unlocked"
-        if id(self) in _held_locks:
-            state = "locked"
-        return f"<{state} _thread.lock object at {id(self):#x}>"
-
-    def __reduce_ex__(self, protocol):
-        raise TypeError("cannot pickle '_thread.lock' object")
-
-
-_NoWaitLock.__name__ = "lock"
-# the held _NoWaitLocks by id: a held lock stays alive here, so its id is not reused
-_held_locks = {}
-# a stock lock never held: it checks a _NoWaitLock's arguments
-_free_lock = _thread.allocate_lock()
-
-
-def _allocate_lock():
-    """threading.Lock() in a model child: a new free _NoWaitLock."""
-    return object.__new__(_NoWaitLock)
-
-
-def _no_arguments(name, args, kwargs):
-    """Stock's TypeErrors for arguments to a method that takes none."""
-    if kwargs:
-        raise TypeError(f"{name} takes no keyword arguments")
-    if args:
-        raise TypeError(f"{name} takes no arguments ({len(args)} given)")
 
 
 def _refuse(what):

@@ -114,7 +114,8 @@ def main():
         enosys += denied
         processes |= children
     shutil.rmtree(folder)
-    allowed = set(isolation.ALLOWED_SYSCALLS.split())
+    # and those seccomp_programs allows with conditions on their arguments
+    allowed = set(isolation.ALLOWED_SYSCALLS.split()) | {"clone", "prlimit64", "futex"}
     print(json.dumps({"used": sorted(names), "not_allowed": sorted(names - allowed),
                       "denied_calls": enosys, "processes": len(processes),
                       "kernel": os.uname().release, "machine": os.uname().machine}))

@@ -4,7 +4,9 @@ stock's _thread.lock refuses (acquire(timeout=-2), acquire(False, 1), acquire(ti
 lacked acquire_lock / release_lock / locked_lock, showed another repr, and raised a catchable
 'deadlock' where stock Python hangs; the enum functional API through an alias raised a catchable
 TypeError where stock Python makes the class. A program that catches such an error makes a gold
-stock Python never gives, and the stock answer is then graded wrong. Each program here is run by
+stock Python never gives, and the stock answer is then graded wrong. Since round 19 the lock and
+queue.SimpleQueue are CPython's own, their timed waits failed at once by seccomp, and a wait for
+ever waits, as stock's does, till the zygote ends it as a timeout. Each program here is run by
 validation (screened, in a model child) and by stock python3: the gold must be stock's output,
 or, where stock Python hangs or the sandbox refuses, the proposal must be invalid (never a valid
 gold unlike stock's)."""
@@ -71,19 +73,19 @@ INVALID = [
     ("join_unfinished", "import queue\n\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n    try:\n"
      "        q.join()\n        return 'joined'\n    except RuntimeError:\n"
      "        return 'caught'\n",
-     "1", "deadlock"),
+     "1", "timeout"),
     ("acquire_held", LOCK + "    m.acquire()\n    try:\n        return m.acquire()\n"
-     "    except Exception:\n        return x\n", "1", "deadlock"),
+     "    except Exception:\n        return x\n", "1", "timeout"),
     ("acquire_held_minus_one", LOCK + "    m.acquire()\n    try:\n"
      "        return m.acquire(True, x)\n    except BaseException:\n        return 'caught'\n",
-     "-1", "deadlock"),
+     "-1", "timeout"),
     # rounds to stock's "no timeout": a wait for ever on a held lock
     ("acquire_held_almost_minus_one", LOCK + "    m.acquire()\n    try:\n"
      "        return m.acquire(timeout=x)\n    except BaseException:\n        return 'caught'\n",
-     "-0.9999999995", "deadlock"),
+     "-0.9999999995", "timeout"),
     ("simple_queue_get", "import queue\n\ndef f(x):\n    try:\n"
      "        return queue.SimpleQueue().get()\n    except Exception:\n        return x\n",
-     "1", "deadlock"),
+     "1", "timeout"),
     ("enum_alias", "from enum import Enum\n\ndef f(x):\n    E = Enum\n    try:\n"
      "        return len(E('Color', x))\n    except TypeError:\n        return -1\n"
      "    except RuntimeError:\n        return -2\n", "'RED GREEN BLUE'", "functional API"),
@@ -201,11 +203,35 @@ WORLD = [
     "import math", "sorted({'pear', 'fig', 'apple'}) + [max('abc'), chr(960)]",
     "import math", "['%.3e' % x, format(1234567.891, ',.2f'), f'{x:>5}|']",
 ]
-# the tells known to be open (README: the pure-Python stand-ins in a model child): each still
-# differs from stock; the day one matches, move it to WORLD
-KNOWN_TELLS = [
+# the C lock and SimpleQueue themselves (till round 19 pure-Python stand-ins in a model child,
+# told apart by these two, red team round 17 A04, round 18 A09), their timed waits failed by seccomp
+# (isolation._futex_rules), which no attribute shows
+WORLD += [
     "import queue", "queue.SimpleQueue.__name__",
     "import queue", "str(queue.Queue().mutex.acquire)[:10]",
+    "import queue", "[repr(queue.SimpleQueue), repr(queue.SimpleQueue.get)[:30]]",
+    "import queue", "[repr(queue.SimpleQueue.put_nowait)[:40], queue.SimpleQueue.__module__]",
+    "import queue", "[repr(queue.Queue().mutex.locked)[:30], str(queue.Queue().mutex)[:20]]",
+    "import queue", "[str(queue.Queue().not_empty)[:20], repr(queue.Queue().mutex.__exit__)[:25]]",
+    "import queue", "[repr(queue.Queue().mutex.locked_lock)[:30], queue.Queue().mutex.__module__]",
+    "import queue", "[queue.SimpleQueue().get(timeout=0.01) if 0 else 0, queue.Empty.__module__]",
+]
+# more of what a program reads of the interpreter, its numbers and its modules (red team round 18's
+# differential probe and ours: every other expression tried is refused by the screen)
+WORLD += [
+    "import decimal", "repr(decimal.getcontext())",
+    "import struct", "struct.calcsize('P') + struct.calcsize('l')",
+    "import zlib", "zlib.ZLIB_RUNTIME_VERSION",
+    "import unicodedata", "unicodedata.unidata_version",
+    "import math", "[format(1234567.5, 'n'), repr(f)[:12], f.__doc__, __doc__]",
+    "import math", "[1.5.hex(), (0.1).as_integer_ratio(), print.__module__]",
+    "import math", "[len(max.__doc__), int.__doc__[:30], str(RecursionError('x'))]",
+    "import collections", "[repr(collections.OrderedDict(a=x)), collections.abc.Sequence.__name__]",
+    "import numbers", "issubclass(complex, numbers.Complex)",
+    "import statistics", "statistics.NormalDist(0, 1).cdf(x)",
+    "import array", "array.array('l').itemsize + array.array('u').itemsize",
+    "import math", "[chr(x).isprintable(), 'ß'.upper(), 'İ'.lower(), (lambda: 0).__name__]",
+    "import difflib", "difflib.get_close_matches('appel', ['ape', 'apple', 'peach'])",
 ]
 
 
@@ -223,6 +249,3 @@ def test_what_a_program_sees_of_its_world_is_stock_pythons():
     assert not differ, differ
     # a refusal would be allowed (invalid, never a gold unlike stock's), but these all run
     assert all(r["valid"] for r in results), [r["reason"] for r in results]
-    for program, result in zip(_programs(KNOWN_TELLS), verify.validate(
-            "code_o", [{"program": p, "input": "3"} for p in _programs(KNOWN_TELLS)])):
-        assert result["valid"] and result["output"] != stock(program, "3", 60), result
