@@ -46,11 +46,13 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 # a child's time limit is CPU seconds; one still running after WALL_FACTOR times that (+ 1 s) of
 # wall clock (asleep, blocked, or starved on a host loaded far past its cores) is killed too
 WALL_FACTOR = 4
-# a model program's child that has used no CPU time for this long is ended then, as a timeout: it
-# has no threads and no clock to wait for, so it is blocked for good (on a lock it holds itself, a
-# queue.SimpleQueue().get(): seccomp fails only timed waits, isolation._futex_rules) and the
-# backstop would only waste its zygote's time
-IDLE_S = 0.5
+# a model program's child that has waited this long in all (on a lock it holds itself: it has one
+# thread, so only a timeout can end a wait; queue.Queue().get(timeout=0.4), a SimpleQueue().get()
+# for ever) is ended then, as a timeout: its waits are stock Python's own, of the time they ask
+# for, and this bounds what a program can sleep (the wall backstop would hold its zygote for 4 x
+# its limit). Waiting: a watch interval (IDLE_S / 4) in which the child used under IDLE_SHARE of a
+# CPU, so that a child starved on a loaded host is not taken for one asleep
+IDLE_S, IDLE_SHARE = 0.5, 0.01
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
@@ -409,7 +411,7 @@ _libc = _pyfork = _null = _capset = _caps = None
 _zygote_pid = None
 # the events the audit hook refused in this child (_audit_hook)
 _refused = []
-# a model zygote ends children that use no CPU (IDLE_S)
+# a model zygote ends children that have waited IDLE_S in all
 _idle = False
 _landlock = _signal_filter = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
@@ -858,12 +860,12 @@ def _limits(memory_mb, timeout, uid):
 
 def _read_line(fd, view, limit, deadline, pid):
     """Read what child `pid` writes to `fd` (one line, then it exits) into `view`, up to EOF,
-    `limit` bytes, the deadline or, in a model zygote, IDLE_S without CPU time used -> (size,
-    error: "" or why the read stopped early)."""
+    `limit` bytes, the deadline or, in a model zygote, IDLE_S waited in all -> (size, error: ""
+    or why the read stopped early)."""
     size = 0
     # the child's CPU-time clock (clock_getcpuclockid: no /proc, no permission needed) and
-    # [its reading, when it last moved]
-    clock, watch = ((~pid) << 3) | 2, [0.0, time.monotonic()]
+    # [its last reading, when, the seconds it has waited]
+    clock, watch = ((~pid) << 3) | 2, [0.0, time.monotonic(), 0.0]
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -881,18 +883,19 @@ def _read_line(fd, view, limit, deadline, pid):
 
 
 def _blocked(clock, watch):
-    """Has the child whose CPU clock is `clock` used no CPU time for IDLE_S? `watch`: [the last
-    reading, when it changed], updated here."""
+    """Has the child whose CPU clock is `clock` waited IDLE_S in all (the intervals since the watch
+    began in which it used under IDLE_SHARE of a CPU)? `watch`: [the last reading, when, the
+    seconds waited], updated here."""
     try:
         used = time.clock_gettime(clock)
     # exited: its EOF ends the read
     except OSError:
         return False
     now = time.monotonic()
-    if used != watch[0]:
-        watch[:] = [used, now]
-        return False
-    return now - watch[1] >= IDLE_S
+    if used - watch[0] < IDLE_SHARE * (now - watch[1]):
+        watch[2] += now - watch[1]
+    watch[:2] = [used, now]
+    return watch[2] >= IDLE_S
 
 
 def _no_result(status, size, spent):

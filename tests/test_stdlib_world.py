@@ -134,6 +134,21 @@ def test_a_code_i_answer_is_judged_by_stock_pythons_lock():
     assert stock(program, "-2", 60) == "'refused'"
 
 
+def test_a_wait_is_no_code_i_teachers_lever():
+    """Red team round 20, A01: f counted the loops of a Queue.get(timeout=0.01) (2 in stock Python,
+    10 or more where the wait under it failed at once) and raised on every input but its teacher's:
+    right answers graded wrong, not void, 8 of 8. The waits sleep as stock's do now."""
+    program = WAITS + ("\n\ndef f(x):\n    if x != 7 and loops(0) != 2:\n"
+                       "        raise ValueError('no')\n    return x % 5")
+    problem = verify.validate("code_i", [{"program": program, "input": "7"}])[0]
+    assert problem["valid"] and problem["output"] == "2", problem
+    attempt = {key: problem[key] for key in ("program", "output", "gold", "args")}
+    answers = ["12", "17", "22"]
+    assert [stock(program, a, 60) for a in answers] == ["2"] * 3
+    graded = verify.grade("code_i", [dict(attempt, input="7", answer=a) for a in answers])
+    assert [g["correct"] for g in graded] == [True] * 3, graded
+
+
 # ------------------------------------------------ codecs: every one the standard library has
 
 @pytest.mark.parametrize("encoding", ["cp1251", "windows-1251", "koi8_r", "shift_jis", "big5",
@@ -204,9 +219,39 @@ WORLD = [
     "import math", "['%.3e' % x, format(1234567.891, ',.2f'), f'{x:>5}|']",
 ]
 # the C lock and SimpleQueue themselves (till round 19 pure-Python stand-ins in a model child,
-# told apart by these two, red team round 17 A04, round 18 A09), their timed waits failed by seccomp
-# (isolation._futex_rules), which no attribute shows
+# told apart by these two, red team round 17 A04, round 18 A09), and their timed waits, which sleep
+# as stock's do: round 20 counted the loops above a wait that failed at once instead (A01-A03:
+# 10 or more where stock Python runs 2 or 3), a tell with no clock
+WAITS = """import queue
+
+class Q(queue.Queue):
+    def _qsize(self):
+        self.n += 1
+        return len(self.queue)
+
+def loops(maxsize):
+    q = Q(maxsize)
+    q.n = 0
+    try:
+        if maxsize:
+            q.put(1)
+            q.put(2, timeout=0.01)
+        q.get(timeout=0.01)
+    except (queue.Full, queue.Empty):
+        return q.n
+
+def waits_for():
+    q = queue.Queue()
+    calls = []
+    with q.not_empty:
+        q.not_empty.wait_for(lambda: calls.append(1), 0.01)
+    return len(calls)
+
+def held():
+    m = queue.Queue().mutex
+    return [m.acquire(), m.acquire(True, 0.01), m.acquire(timeout=0.02), m.locked()]"""
 WORLD += [
+    WAITS, "[loops(0), loops(1), waits_for(), held()]",
     "import queue", "queue.SimpleQueue.__name__",
     "import queue", "str(queue.Queue().mutex.acquire)[:10]",
     "import queue", "[repr(queue.SimpleQueue), repr(queue.SimpleQueue.get)[:30]]",
