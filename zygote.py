@@ -571,6 +571,13 @@ def _models_only():
     # a count of the abstract-class registrations this process made (30 in every zygote, 23-25 in
     # stock as root or not: a gold nobody derives, and a tell of the sandbox; round 19, A02)
     sys.modules["abc"].get_cache_token = _no_cache_token
+    # the clock that queue's and threading's timed waits read in Python loops (Queue.get/put,
+    # Condition.wait_for with a timeout): a program counts those loops, or times its own code
+    # against a timeout, and so tells the sandbox from stock Python (round 20: an audited call such
+    # as array.array's runs this hook, 6x stock's time). The waits themselves (a lock's, a
+    # Condition's, SimpleQueue's) read no Python clock and sleep as stock's do
+    queue = sys.modules["queue"]
+    queue.time = queue.threading._time = _no_clock
 
 
 def _refuse(what):
@@ -591,6 +598,10 @@ def _no_random(*args, **kwargs):
 
 def _no_cache_token(*args, **kwargs):
     _refuse("abc.get_cache_token (a count of this process's class registrations)")
+
+
+def _no_clock(*args, **kwargs):
+    _refuse("the clock (a timed wait of queue or threading that reads it)")
 
 
 def _load_libc():

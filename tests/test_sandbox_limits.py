@@ -163,8 +163,8 @@ def test_no_model_program_waits_out_the_wall_clock():
     waking to use a little CPU) ends after its second wait (red team round 4 G11: it held its
     zygote to the 4 x limit + 1 s backstop), a wait for ever after IDLE_S; queue programs that do
     not wait still run."""
-    waiter = ("import queue\ndef f(x):\n    q = queue.Queue()\n    while True:\n        try:\n"
-              "            q.get(timeout=0.4)\n        except queue.Empty:\n            x += 1")
+    waiter = ("import queue\ndef f(x):\n    m = queue.Queue().mutex\n    m.acquire()\n"
+              "    while True:\n        x += m.acquire(True, 0.4) + 1")
     forever = "import queue\ndef f(x):\n    return queue.SimpleQueue().get()"
     honest = ("import queue\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n    q.put(x + 1)\n"
               "    return [q.get(), q.get_nowait(), q.empty()]")

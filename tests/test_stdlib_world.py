@@ -58,11 +58,11 @@ SAME = [
      "    except AttributeError:\n        return 'refused'\n", "1"),
     ("queue_work", "import queue\n\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n"
      "    r = [q.get(), q.empty()]\n    q.task_done()\n    q.join()\n    try:\n"
-     "        q.get(timeout=0.01)\n    except queue.Empty:\n        r.append('empty')\n"
+     "        q.get(False)\n    except queue.Empty:\n        r.append('empty')\n"
      "    try:\n        q.task_done()\n    except ValueError as e:\n        r.append(repr(e))\n"
      "    return r", "3"),
     ("bounded_queue_full", "import queue\n\ndef f(x):\n    q = queue.Queue(1)\n    q.put(x)\n"
-     "    try:\n        q.put(x, timeout=0.01)\n    except queue.Full:\n        return 'full'\n",
+     "    try:\n        q.put_nowait(x)\n    except queue.Full:\n        return 'full'\n",
      "1"),
     ("enum_class", "from enum import Enum\n\nclass Color(Enum):\n    RED = 1\n    GREEN = 2\n\n"
      "def f(x):\n    E = Color\n    return [E(x).name, len(E), repr(E.GREEN)]", "1"),
@@ -86,6 +86,16 @@ INVALID = [
     ("simple_queue_get", "import queue\n\ndef f(x):\n    try:\n"
      "        return queue.SimpleQueue().get()\n    except Exception:\n        return x\n",
      "1", "timeout"),
+    # queue's and threading's Python loops above a timed wait read the clock: a refusal, caught
+    # or not (red team round 20: the loops counted, or timed against the program's own code)
+    ("timed_get", "import queue\n\ndef f(x):\n    try:\n        queue.Queue().get(timeout=x)\n"
+     "    except BaseException:\n        return 'empty'\n", "0.01", "the clock"),
+    ("timed_put", "import queue\n\ndef f(x):\n    q = queue.Queue(1)\n    q.put(1)\n    try:\n"
+     "        q.put(2, timeout=x)\n    except BaseException:\n        return 'full'\n", "0.01",
+     "the clock"),
+    ("timed_wait_for", "import queue\n\ndef f(x):\n    c = queue.Queue().not_empty\n    with c:\n"
+     "        try:\n            return c.wait_for(lambda: False, x)\n"
+     "        except BaseException:\n            return 'caught'\n", "0.01", "the clock"),
     ("enum_alias", "from enum import Enum\n\ndef f(x):\n    E = Enum\n    try:\n"
      "        return len(E('Color', x))\n    except TypeError:\n        return -1\n"
      "    except RuntimeError:\n        return -2\n", "'RED GREEN BLUE'", "functional API"),
@@ -118,7 +128,7 @@ def test_what_stock_python_would_not_give_is_invalid(name, program, inp, reason)
     assert not result["valid"] and reason in result["reason"], result
     # stock Python hangs (one-thread waits) or gives a value the sandbox would not have shown
     truth = stock(program, inp, 3)
-    assert truth is None or name == "enum_alias", truth
+    assert truth is None or name == "enum_alias" or name.startswith("timed_"), truth
 
 
 def test_a_code_i_answer_is_judged_by_stock_pythons_lock():
@@ -134,19 +144,27 @@ def test_a_code_i_answer_is_judged_by_stock_pythons_lock():
     assert stock(program, "-2", 60) == "'refused'"
 
 
-def test_a_wait_is_no_code_i_teachers_lever():
+def test_no_code_i_teacher_reads_the_clock():
     """Red team round 20, A01: f counted the loops of a Queue.get(timeout=0.01) (2 in stock Python,
     10 or more where the wait under it failed at once) and raised on every input but its teacher's:
-    right answers graded wrong, not void, 8 of 8. The waits sleep as stock's do now."""
-    program = WAITS + ("\n\ndef f(x):\n    if x != 7 and loops(0) != 2:\n"
-                       "        raise ValueError('no')\n    return x % 5")
+    right answers graded wrong, not void, 8 of 8. With waits that sleep as stock's do, the clock
+    those loops read still told the sandbox's speed from stock's: 30,000 array.array calls (an
+    audited event, which runs the sandbox's Python hook) outlast a 15 ms timeout here and not in
+    stock Python, 8 of 8 right answers wrong on f064d7d. The clock is a refusal now, so such an f
+    voids the answers it raises on, never grades them wrong."""
+    program = ("import array\nimport queue\n\nclass Slow(queue.Queue):\n    def _qsize(self):\n"
+               "        self.n += 1\n        if self.n == 1:\n            for i in range(30000):\n"
+               "                array.array('i')\n        return 0\n\ndef loops():\n    q = Slow()\n"
+               "    q.n = 0\n    try:\n        q.get(timeout=0.015)\n    except queue.Empty:\n"
+               "        return q.n\n\ndef f(x):\n    if x != 7 and loops() != 2:\n"
+               "        raise ValueError('no')\n    return x % 5")
     problem = verify.validate("code_i", [{"program": program, "input": "7"}])[0]
     assert problem["valid"] and problem["output"] == "2", problem
     attempt = {key: problem[key] for key in ("program", "output", "gold", "args")}
     answers = ["12", "17", "22"]
     assert [stock(program, a, 60) for a in answers] == ["2"] * 3
     graded = verify.grade("code_i", [dict(attempt, input="7", answer=a) for a in answers])
-    assert [g["correct"] for g in graded] == [True] * 3, graded
+    assert [(g["correct"], g["void"]) for g in graded] == [(False, True)] * 3, graded
 
 
 # ------------------------------------------------ codecs: every one the standard library has
@@ -219,39 +237,19 @@ WORLD = [
     "import math", "['%.3e' % x, format(1234567.891, ',.2f'), f'{x:>5}|']",
 ]
 # the C lock and SimpleQueue themselves (till round 19 pure-Python stand-ins in a model child,
-# told apart by these two, red team round 17 A04, round 18 A09), and their timed waits, which sleep
-# as stock's do: round 20 counted the loops above a wait that failed at once instead (A01-A03:
-# 10 or more where stock Python runs 2 or 3), a tell with no clock
-WAITS = """import queue
-
-class Q(queue.Queue):
-    def _qsize(self):
-        self.n += 1
-        return len(self.queue)
-
-def loops(maxsize):
-    q = Q(maxsize)
-    q.n = 0
-    try:
-        if maxsize:
-            q.put(1)
-            q.put(2, timeout=0.01)
-        q.get(timeout=0.01)
-    except (queue.Full, queue.Empty):
-        return q.n
-
-def waits_for():
-    q = queue.Queue()
-    calls = []
-    with q.not_empty:
-        q.not_empty.wait_for(lambda: calls.append(1), 0.01)
-    return len(calls)
+# told apart by these two, red team round 17 A04, round 18 A09), and their timed waits, which read
+# no Python clock and sleep as stock's do (round 20 counted the loops above waits that failed at
+# once: 10 or more where stock Python runs 2 or 3)
+HELD = """import queue
 
 def held():
     m = queue.Queue().mutex
-    return [m.acquire(), m.acquire(True, 0.01), m.acquire(timeout=0.02), m.locked()]"""
+    c = queue.Queue().not_empty
+    with c:
+        waited = c.wait(0.01)
+    return [m.acquire(), m.acquire(True, 0.01), m.acquire(timeout=0.02), m.locked(), waited]"""
 WORLD += [
-    WAITS, "[loops(0), loops(1), waits_for(), held()]",
+    HELD, "held()",
     "import queue", "queue.SimpleQueue.__name__",
     "import queue", "str(queue.Queue().mutex.acquire)[:10]",
     "import queue", "[repr(queue.SimpleQueue), repr(queue.SimpleQueue.get)[:30]]",
