@@ -335,8 +335,9 @@ def seccomp_programs():
     load it: 1.4 MB more in every fork) -> {"zygote": hex, "signals": hex, "why"} ("" where
     unavailable). "zygote": the filter a zygote enters before its first job, so its children inherit
     it (a filter attached per child costs ~0.2 ms: the kernel compiles it each time), an allowlist:
-    ALLOWED_SYSCALLS, a clone with no namespace flag and a prlimit64 on pid 0 pass; DENIED_SYSCALLS
-    and a prlimit64 on any other pid fail with EPERM;
+    ALLOWED_SYSCALLS, a clone with no namespace flag, a prlimit64 on pid 0 and futex but for its
+    timed waits (_futex_rules) pass; DENIED_SYSCALLS and a prlimit64 on any other pid fail with
+    EPERM;
     everything else, including every syscall newer than this list (or than libseccomp), fails with
     ENOSYS, which the C library takes for "not in this kernel" and falls back from where it can
     (clone3 -> clone, faccessat2 -> faccessat, ...). "signals": EPERM for SIGNAL_SYSCALLS, entered
@@ -362,6 +363,7 @@ def seccomp_programs():
         # later child inherits (red team round 7, L01)
         zygote.add_rule(pyseccomp.ALLOW, "prlimit64", pyseccomp.Arg(0, pyseccomp.EQ, 0))
         zygote.add_rule(pyseccomp.ERRNO(1), "prlimit64", pyseccomp.Arg(0, pyseccomp.NE, 0))
+        _futex_rules(pyseccomp, zygote)
         signals = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         _add_rules(pyseccomp, signals, pyseccomp.ERRNO(1), SIGNAL_SYSCALLS)
         for key, rules in (("zygote", zygote), ("signals", signals)):
@@ -378,6 +380,29 @@ def seccomp_programs():
         out = {"zygote": "", "signals": "", "why": f"seccomp unavailable: {_why(e)}"}
     _compiled["programs"] = out
     return out
+
+
+def _futex_rules(pyseccomp, rules):
+    """futex, the one wait a child can reach (every lock of _thread, queue and threading waits in
+    it): a child has one thread (RLIMIT_NPROC = 0, or the signal filter's clone), so nothing can
+    wake it. A wait with a timeout fails at once with ETIMEDOUT, as if the time had passed: the C
+    lock's acquire(timeout=t) is False, SimpleQueue.get(timeout=t) raises Empty, and no program
+    holds its zygote asleep (red team round 21, A03: waits of 0.1 s with a little work between
+    them held a child and its zygote 16 s). A program sees the difference only through a clock or
+    its own speed, and a model child reads none (zygote._no_clock: round 20 counted the Python
+    loops above waits that failed at once). A wait with no timeout (NULL: a deadlock, which hangs
+    stock Python too) does wait, until the zygote ends a model child (zygote.IDLE_S) or the wall
+    backstop ends any other. The rest of futex (wakes, requeues) passes."""
+    # the command: the op without FUTEX_PRIVATE_FLAG and FUTEX_CLOCK_REALTIME (the C library sets
+    # either); WAIT, LOCK_PI, WAIT_BITSET, WAIT_REQUEUE_PI and LOCK_PI2 take a timeout (argument 3)
+    mask = 0xffffffff & ~(128 | 256)
+    for command in range(14):
+        op = pyseccomp.Arg(1, pyseccomp.MASKED_EQ, mask, command)
+        if command in (0, 6, 9, 11, 13):
+            rules.add_rule(pyseccomp.ERRNO(110), "futex", op, pyseccomp.Arg(3, pyseccomp.NE, 0))
+            rules.add_rule(pyseccomp.ALLOW, "futex", op, pyseccomp.Arg(3, pyseccomp.EQ, 0))
+        else:
+            rules.add_rule(pyseccomp.ALLOW, "futex", op)
 
 
 def _add_rules(pyseccomp, rules, action, names):
@@ -424,7 +449,7 @@ ALLOWED_SYSCALLS = (
     # this process
     "exit exit_group wait4 waitid fork vfork getpid getppid gettid getuid geteuid getgid getegid "
     "getgroups getresuid getresgid getpgrp getpgid getsid setuid capget capset prctl arch_prctl "
-    "set_tid_address set_robust_list get_robust_list rseq futex sched_yield sched_getaffinity "
+    "set_tid_address set_robust_list get_robust_list rseq sched_yield sched_getaffinity "
     "sched_getparam sched_getscheduler sched_get_priority_max sched_get_priority_min getcpu "
     "getpriority uname sysinfo getrandom getrlimit setrlimit "
     # a child's own process group and session, before any user code (zygote._child)

@@ -36,8 +36,8 @@ Layers (Linux; `layers()` reports what the running zygotes measured, with reason
      (zygote._audit_hook).
   4. a CPU-time limit per job (a profiling timer the child sets: SIGPROF), a wall-clock backstop
      (zygote.WALL_FACTOR x the limit + 1 s) at which the zygote SIGKILLs it, sooner (zygote.IDLE_S)
-     for a model program's child that has waited 0.5 s in all (its waits, on locks it holds itself,
-     are stock Python's own, as long as they ask); a zygote that dies or hangs is replaced,
+     for a model program's child that has waited 0.5 s in all (on a lock it holds itself, with no
+     timeout: seccomp fails timed waits at once); a zygote that dies or hangs is replaced,
      without the run waiting for the new one to start.
   5. namespaces (isolation.py). As root: a mount namespace (every filesystem read-only, fresh tmpfs
      on /tmp, /var/tmp, /dev/shm, /run/lock, emptied after every job; /root, /home, the homes and

@@ -47,12 +47,14 @@ RESULT_CAP = STDOUT_CAP * 6 + (1 << 20)
 # wall clock (asleep, blocked, or starved on a host loaded far past its cores) is killed too
 WALL_FACTOR = 4
 # a model program's child that has waited this long in all (on a lock it holds itself: it has one
-# thread, so only a timeout can end a wait; queue.Queue().get(timeout=0.4), a SimpleQueue().get()
-# for ever) is ended then, as a timeout: its waits are stock Python's own, of the time they ask
-# for, and this bounds what a program can sleep (the wall backstop would hold its zygote for 4 x
-# its limit). Waiting: a watch interval (IDLE_S / 4) in which the child used under IDLE_SHARE of a
-# CPU, so that a child starved on a loaded host is not taken for one asleep
+# thread, so only a timeout can end a wait; seccomp fails a timed wait at once, so this is a wait
+# for ever, a SimpleQueue().get(), or any wait where seccomp is off) is ended then, as a timeout:
+# the wall backstop would hold its zygote for 4 x its limit. Waiting: a watch interval (IDLE_S / 4)
+# in which the child used under IDLE_SHARE of a CPU, so that a child starved on a loaded host is
+# not taken for one asleep
 IDLE_S, IDLE_SHARE = 0.5, 0.01
+# objects made between two collections of the youngest generation (700 in CPython)
+GC_THRESHOLD = gc.get_threshold()[0]
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
@@ -124,6 +126,12 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # stock's told f it ran in the sandbox, and f graded right code_i answers wrong)
     under = 0
     if job.get("audit"):
+        # the collector's phase, random per child: how many objects a program makes before a
+        # cycle of its own is collected (a generator's finally runs then; a freed address is
+        # reused) was 628 in every child, 481 and 655 under two stock builds of 3.11 (red team
+        # round 21, A01/A02): a gold no student derives and a tell of the sandbox. Now such a count
+        # differs between a problem's runs (invalid, or a void attempt), as between Python builds
+        _phase.append([[] for _ in range(_phase[0])])
         frame = getframe(0)
         while frame is not None:
             under, frame = under + 1, frame.f_back
@@ -411,6 +419,9 @@ _libc = _pyfork = _null = _capset = _caps = None
 _zygote_pid = None
 # the events the audit hook refused in this child (_audit_hook)
 _refused = []
+# [how many objects a child makes before its job (the collector's phase), drawn by the zygote
+# before each fork; then, in the child, those objects, kept till it exits]
+_phase = [0]
 # a model zygote ends children that have waited IDLE_S in all
 _idle = False
 _landlock = _signal_filter = None
@@ -574,10 +585,17 @@ def _models_only():
     # the clock that queue's and threading's timed waits read in Python loops (Queue.get/put,
     # Condition.wait_for with a timeout): a program counts those loops, or times its own code
     # against a timeout, and so tells the sandbox from stock Python (round 20: an audited call such
-    # as array.array's runs this hook, 6x stock's time). The waits themselves (a lock's, a
-    # Condition's, SimpleQueue's) read no Python clock and sleep as stock's do
+    # as array.array's runs this hook, 6x stock's time), and would see that a timed wait did not
+    # sleep (isolation._futex_rules). The waits themselves (a lock's, a Condition's, SimpleQueue's)
+    # read no Python clock
     queue = sys.modules["queue"]
     queue.time = queue.threading._time = _no_clock
+    # a lone surrogate printed: stock Python's stdout raises UnicodeEncodeError (a UTF-8 locale)
+    # or writes a byte (\udc80-\udcff under C.UTF-8's surrogateescape), so what a program sees of
+    # that print depends on the locale; the capped stdout's backslashreplace printed it, which no
+    # stock stdout does (red team round 21, A04: a tell, 48 of 48 right code_i answers wrong)
+    codecs.register_error("sandbox.print", _no_surrogate_print)
+    _out.reconfigure(errors="sandbox.print")
 
 
 def _refuse(what):
@@ -598,6 +616,10 @@ def _no_random(*args, **kwargs):
 
 def _no_cache_token(*args, **kwargs):
     _refuse("abc.get_cache_token (a count of this process's class registrations)")
+
+
+def _no_surrogate_print(error):
+    _refuse("printing a lone surrogate (stock Python raises or writes a byte, by locale)")
 
 
 def _no_clock(*args, **kwargs):
@@ -808,6 +830,7 @@ def _job(settings, requests, workdir, uid, view):
     # found the pipe cannot know it: it lives in this frame and the child's, which the armed audit
     # hook keeps user code out of)
     token = os.urandom(16).hex().encode()
+    _phase[0] = int.from_bytes(os.urandom(2), "little") % GC_THRESHOLD
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
     # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has

@@ -157,27 +157,39 @@ def test_a_retiring_zygote_does_not_stall_the_batch(no_screen, monkeypatch):
 
 
 def test_no_model_program_waits_out_the_wall_clock():
-    """A model child has one thread, so a lock it holds cannot be released while it waits: its
-    waits end only by their timeouts, which are stock Python's own sleeps, and a child that has
-    waited zygote.IDLE_S in all is ended as a timeout. A loop of 0.4 s waits (each under IDLE_S,
-    waking to use a little CPU) ends after its second wait (red team round 4 G11: it held its
-    zygote to the 4 x limit + 1 s backstop), a wait for ever after IDLE_S; queue programs that do
-    not wait still run."""
+    """A model child has one thread, so a lock it holds cannot be released while it waits: a wait
+    with a timeout fails at once (seccomp's ETIMEDOUT, isolation._futex_rules), as if its time had
+    passed, and a wait for ever ends after zygote.IDLE_S, as a timeout. A loop of 0.4 s waits then
+    spends CPU and ends at its CPU limit like any loop (red team round 4 G11: it held its zygote to
+    the 4 x limit + 1 s backstop); 150 waits of 0.1 s with a little work between them (under the
+    idle watch's 1 % of a CPU) end at once (round 21, A03: 16 s of wall clock, valid); queue
+    programs that do not wait still run."""
+    if not sandbox.layers()["seccomp"]:
+        pytest.skip(f"seccomp is off here: {sandbox.layers()['why']['seccomp']}")
     waiter = ("import queue\ndef f(x):\n    m = queue.Queue().mutex\n    m.acquire()\n"
               "    while True:\n        x += m.acquire(True, 0.4) + 1")
     forever = "import queue\ndef f(x):\n    return queue.SimpleQueue().get()"
+    dozer = ("import queue\ndef f(x):\n    m = queue.Queue().mutex\n    m.acquire()\n    s = 0\n"
+             "    for i in range(x):\n        m.acquire(True, 0.1)\n        for j in range(20000):\n"
+             "            s += j\n    return s % 7")
     honest = ("import queue\ndef f(x):\n    q = queue.Queue()\n    q.put(x)\n    q.put(x + 1)\n"
               "    return [q.get(), q.get_nowait(), q.empty()]")
     started = time.monotonic()
-    results = verify.validate("code_o", [{"program": waiter, "input": "1"},
+    results = verify.validate("code_o", [{"program": dozer, "input": "150"},
                                          {"program": forever, "input": "1"},
                                          {"program": honest, "input": "1"}], timeout=5.0)
     took = time.monotonic() - started
-    assert not results[0]["valid"] and "timeout" in results[0]["reason"], results[0]
+    assert results[0]["valid"] and results[0]["output"] == str(150 * 199990000 % 7), results[0]
     assert not results[1]["valid"] and "timeout" in results[1]["reason"], results[1]
     assert results[2]["valid"] and results[2]["output"] == "[1, 2, True]", results[2]
-    # two runs each of about IDLE_S, not 5 s of CPU or the 21 s backstop
+    # the dozer's 15 s of waits do not sleep; the forever-waiter ends after about IDLE_S
     assert took < 5.0, took
+    started = time.monotonic()
+    result = verify.validate("code_o", [{"program": waiter, "input": "1"}], timeout=2.0)[0]
+    took = time.monotonic() - started
+    assert not result["valid"] and "timeout" in result["reason"], result
+    # the waiter's 2 s of CPU, not the 9 s backstop
+    assert took < 2.0 * 4 + 1, took
 
 
 # ------------------------------------------------------- a child reaches no other process

@@ -242,3 +242,34 @@ def test_the_processs_count_of_class_registrations_is_refused():
     program = "import abc\ndef f(x):\n    return x + abc.get_cache_token()"
     [result] = verify.validate("code_o", [{"program": program, "input": "0"}])
     assert not result["valid"] and "get_cache_token" in result["reason"], result
+
+
+# round 21, A01/A02: how many objects a program makes before the collector frees a cycle of its
+# own (a paused generator's finally runs then) was 628 in every child, 481 and 655 under two stock
+# builds of 3.11: a gold no student derives, and a tell of the sandbox (24 of 24 right code_i
+# answers wrong). The collector's phase is random per child now, so such a count is no gold.
+COUNT = ("def f(x):\n    log = []\n    def g():\n        try:\n            yield 1\n        finally:\n"
+         "            log.append(1)\n    it = g()\n    next(it)\n    box = [it, None]\n"
+         "    box[1] = box\n    del it, box\n    n = 0\n    junk = []\n"
+         "    while not log and n < 5000:\n        junk.append([])\n        n += 1\n    return n + x")
+
+
+def test_the_collectors_phase_is_no_gold():
+    results = verify.validate("code_o", [{"program": COUNT, "input": "0"}] * 4)
+    # two runs of one problem agree by chance 1 time in 700
+    assert sum(r["valid"] for r in results) <= 1, results
+    assert all(r["valid"] or "non-deterministic" in r["reason"] for r in results), results
+
+
+def test_a_printed_lone_surrogate_is_refused():
+    # round 21, A04: the capped stdout printed '\ud800' (backslashreplace), where stock Python's
+    # raises UnicodeEncodeError: 48 of 48 right code_i answers wrong through an f that raised
+    # when the print worked. Stock stdouts raise or write a byte, by locale: a refusal here.
+    program = ("def f(x):\n    try:\n        print('\\ud800')\n        here = 1\n"
+               "    except UnicodeEncodeError:\n        here = 0\n    return x + here")
+    [result] = verify.validate("code_o", [{"program": program, "input": "0"}])
+    assert not result["valid"] and "lone surrogate" in result["reason"], result
+    # what prints is still printed
+    printer = "def f(x):\n    print('caf\\u00e9', x)\n    return x"
+    [result] = verify.validate("code_o", [{"program": printer, "input": "3"}])
+    assert result["valid"] and result["output"] == "3", result
