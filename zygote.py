@@ -53,8 +53,9 @@ WALL_FACTOR = 4
 # in which the child used under IDLE_SHARE of a CPU, so that a child starved on a loaded host is
 # not taken for one asleep
 IDLE_S, IDLE_SHARE = 0.5, 0.01
-# objects made between two collections of the youngest generation (700 in CPython)
-GC_THRESHOLD = gc.get_threshold()[0]
+# the collector's thresholds (700, 10, 10 in CPython), and at most how many objects a child keeps
+# through its first full collection (_collector_phase)
+GC_THRESHOLDS, GC_PAD = gc.get_threshold(), 4096
 # bytes of a job's settings, read by the zygote: 4 little-endian 8-byte numbers (see _pack)
 HEADER = 32
 # the modules a model program may import (screen.py admits only these; measured on AZR's seeds and
@@ -126,12 +127,7 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # stock's told f it ran in the sandbox, and f graded right code_i answers wrong)
     under = 0
     if job.get("audit"):
-        # the collector's phase, random per child: how many objects a program makes before a
-        # cycle of its own is collected (a generator's finally runs then; a freed address is
-        # reused) was 628 in every child, 481 and 655 under two stock builds of 3.11 (red team
-        # round 21, A01/A02): a gold no student derives and a tell of the sandbox. Now such a count
-        # differs between a problem's runs (invalid, or a void attempt), as between Python builds
-        _phase.append([[] for _ in range(_phase[0])])
+        _collector_phase(*_phase[0])
         frame = getframe(0)
         while frame is not None:
             under, frame = under + 1, frame.f_back
@@ -337,6 +333,26 @@ class _GuardHook:
         return spec
 
 
+def _collector_phase(young, collections, older, pad, collect=gc.collect):
+    """The garbage collector's state at a model program's start, random per child (drawn by the
+    zygote: _job): how many objects the program makes before a cycle of its own is collected (a
+    generator's finally runs then; a freed address is reused) was the same in every child, and
+    not stock's (red team round 21, A01/A02: 628 where two stock builds of 3.11 count 481 and
+    655; round 22, A01/A04: the full collections likewise, after 11 of the middle generation's
+    where stock counts 9 or 10, as site.py's start-up ran 2 more). A gold no student derives and a
+    tell of the sandbox; now such a count differs between a problem's runs (invalid, or a void
+    attempt), as between Python builds. From one full collection: `pad` objects that live through
+    it (the oldest generation's size, which gates the next full collection), `older` collections
+    of the middle generation, `collections` of the youngest, `young` objects made."""
+    _phase.append([[] for _ in range(pad)])
+    collect()
+    for _ in range(older):
+        collect(1)
+    for _ in range(collections):
+        collect(0)
+    _phase.append([[] for _ in range(young)])
+
+
 def _child(settings, requests, wfd, limits, uid, token):
     """Runs in a child the zygote forked for one job, inside a fresh empty cwd of its own: read the
     job itself (8-byte length + marshal bytes) from the request pipe, which only this child reads
@@ -419,9 +435,9 @@ _libc = _pyfork = _null = _capset = _caps = None
 _zygote_pid = None
 # the events the audit hook refused in this child (_audit_hook)
 _refused = []
-# [how many objects a child makes before its job (the collector's phase), drawn by the zygote
-# before each fork; then, in the child, those objects, kept till it exits]
-_phase = [0]
+# [the collector's phase for the next child, drawn by the zygote before each fork; then, in the
+# child, the objects _collector_phase keeps till it exits]
+_phase = [(0, 0, 0, 0)]
 # a model zygote ends children that have waited IDLE_S in all
 _idle = False
 _landlock = _signal_filter = None
@@ -830,7 +846,9 @@ def _job(settings, requests, workdir, uid, view):
     # found the pipe cannot know it: it lives in this frame and the child's, which the armed audit
     # hook keeps user code out of)
     token = os.urandom(16).hex().encode()
-    _phase[0] = int.from_bytes(os.urandom(2), "little") % GC_THRESHOLD
+    draw = os.urandom(8)
+    _phase[0] = (int.from_bytes(draw[:2], "little") % GC_THRESHOLDS[0], draw[2] % GC_THRESHOLDS[1],
+                 draw[3] % (GC_THRESHOLDS[2] + 1), int.from_bytes(draw[4:6], "little") % GC_PAD)
     start, forked_ns = time.monotonic(), time.time_ns()
     # fork(2) from libc, GIL held (PyDLL): os.fork's after-fork hooks (random reseed, threading
     # reinit, ...) cost ~0.6 ms of COW faults per child, 3x the bare fork; fine as the zygote has

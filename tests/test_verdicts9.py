@@ -273,3 +273,20 @@ def test_a_printed_lone_surrogate_is_refused():
     printer = "def f(x):\n    print('caf\\u00e9', x)\n    return x"
     [result] = verify.validate("code_o", [{"program": printer, "input": "3"}])
     assert result["valid"] and result["output"] == "3", result
+
+
+def test_the_collectors_older_generations_are_no_gold():
+    # round 22, A01/A04: a cycle kept through 30 x 700 objects (so in the oldest generation), how
+    # many more until a full collection frees it was the same in every child (n // 7000 == 11;
+    # 9 or 10 in stock python3, whose site.py start-up ran 2 more collections of the middle
+    # generation): 72 of 72 right code_i answers wrong. The older generations' phase is random
+    # per child too now.
+    program = ("def f(x):\n    log = []\n    def g():\n        try:\n            yield 1\n"
+               "        finally:\n            log.append(1)\n    it = g()\n    next(it)\n"
+               "    box = [it, None]\n    box[1] = box\n    del it\n    for _ in range(21000):\n"
+               "        a = [None]\n        a[0] = a\n    del box\n    n = 0\n"
+               "    while not log and n < 200000:\n        a = [None]\n        a[0] = a\n"
+               "        n += 1\n    return n // 7000 + x")
+    results = verify.validate("code_o", [{"program": program, "input": "0"}] * 6)
+    outputs = {r["output"] for r in results}
+    assert not all(r["valid"] for r in results) or len(outputs) > 1, results
