@@ -292,3 +292,25 @@ def test_what_a_program_sees_of_its_world_is_stock_pythons():
     assert not differ, differ
     # a refusal would be allowed (invalid, never a gold unlike stock's), but these all run
     assert all(r["valid"] for r in results), [r["reason"] for r in results]
+
+
+# the tells known to be open (README, the open limit: Python frames of the sandbox's own at the
+# recursion limit): each still differs from stock; the day one matches, move it to WORLD. Red team
+# round 23, A04/A05: a recursion that makes an audited call at each level (the audit hook is a
+# Python function: one frame more) or asks for its caller's module (sys._getframe's stand-in, and
+# namedtuple's compile) ends a level or more before stock's
+DEPTH = """import array
+
+def g(n):
+    try:
+        array.array('i', [n])
+        return g(n + 1)
+    except RecursionError:
+        return n"""
+KNOWN_TELLS = [DEPTH, "g(0) - x"]
+
+
+def test_the_known_tells_still_differ():
+    for program, result in zip(_programs(KNOWN_TELLS), verify.validate(
+            "code_o", [{"program": p, "input": "3"} for p in _programs(KNOWN_TELLS)])):
+        assert result["valid"] and result["output"] != stock(program, "3", 60), result
