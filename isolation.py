@@ -14,7 +14,10 @@ import io
 import os
 import re
 import signal
+import stat
 import sys
+import zlib
+from importlib.machinery import EXTENSION_SUFFIXES
 
 # libc with errno, for unshare/mount/umount2 (set-up only, before any fork of a job)
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -477,6 +480,74 @@ NAMESPACE_FLAGS = (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20
 # fork too: a child that stays root is exempt from NPROC
 SIGNAL_SYSCALLS = ("kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_open "
                    "pidfd_send_signal pidfd_getfd fork vfork clone")
+
+
+def audit_hook_path():
+    """Where the calling process builds audithook.c (the C half of a model zygote's audit hook): a
+    folder of this user's alone in the temporary folder (never the checkout, which may be read-only
+    or another user's), under a name that changes with the source and the interpreter."""
+    import tempfile
+    with open(os.path.join(os.path.dirname(os.path.realpath(__file__)), "audithook.c"), "rb") as fh:
+        key = zlib.crc32(fh.read() + sys.version.encode())
+    return os.path.join(tempfile.gettempdir(), f"populora-{os.getuid()}",
+                        f"audithook-{key:08x}{EXTENSION_SUFFIXES[0]}")
+
+
+def _private_folder(folder):
+    """Make `folder` if need be; RuntimeError unless it is a folder of this user's that no one else
+    can write in or read (a module another user could plant there would run as this one)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"{folder} is not a private folder of uid {os.getuid()} (mode 0700): "
+                           "remove it, or point TMPDIR elsewhere")
+
+
+def build_audit_hook():
+    """Compile audithook.c once per source and interpreter (cc and Python's C headers, ~1 s), in
+    the calling process: zygotes run no compiler. -> the built module's path (audit_hook_path());
+    RuntimeError saying what is missing."""
+    import shlex
+    import subprocess
+    import sysconfig
+    import tempfile
+    path = audit_hook_path()
+    _private_folder(os.path.dirname(path))
+    if os.path.exists(path):
+        return path
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        raise RuntimeError(f"the sandbox compiles audithook.c, which needs Python's C headers: no "
+                           f"Python.h in {include} (Debian/Ubuntu: apt install python3-dev)")
+    # built beside its place and renamed into it: processes starting at once build it side by side
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    source = os.path.join(os.path.dirname(os.path.realpath(__file__)), "audithook.c")
+    argv = [*shlex.split(os.environ.get("CC") or "cc"), "-shared", "-fPIC", "-O2", "-I", include,
+            source, "-o", tmp]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling audithook.c failed: {' '.join(argv)}\n{done.stderr}")
+        os.replace(tmp, path)
+    except FileNotFoundError as e:
+        raise RuntimeError(f"the sandbox compiles audithook.c and needs a C compiler ({e}; "
+                           "Debian/Ubuntu: apt install gcc, or set CC)") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_audit_hook(path):
+    """The audithook module built at `path` (a model zygote, before it hides the folders)."""
+    import importlib.util
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} is missing: isolation.build_audit_hook() builds it")
+    spec = importlib.util.spec_from_file_location("audithook", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def readable(repo):

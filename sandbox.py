@@ -74,7 +74,7 @@ import time
 # a lock for the pool without importing threading
 import _thread
 
-from isolation import seccomp_programs
+from isolation import build_audit_hook, seccomp_programs
 from zygote import ERROR_CAP, MEMORY_MB, STDOUT_CAP, WALL_FACTOR, describe
 
 # zygotes per family (two families): POPULORA_SANDBOX_WORKERS, else the cores, at most 8
@@ -104,6 +104,9 @@ def _start(family, kind):
            "LD_BIND_NOW": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _pool["count"] += 1
+    if kind == "model":
+        # once per source and interpreter; a model zygote loads it
+        env["POPULORA_AUDIT_HOOK"] = build_audit_hook()
     argv = [sys.executable, "-S", "-s", "-B", ZYGOTE, "--worker",
             str(_pool["count"]), json.dumps(_homes()), str(_pool["uid_base"]),
             json.dumps(seccomp_programs()), kind, *_site_folders()]

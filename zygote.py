@@ -156,10 +156,10 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
 
 
 # Layer 3 for model programs (validation and grading jobs: job["audit"], run by model zygotes),
-# from just before the program runs: an audit hook (sys.addaudithook: Python code cannot remove
-# one) that lets through only what computing needs, over a sys.modules holding only the allowed
-# modules (_models_only), so that importing anything else (os, sys, ctypes: loaded in the zygote)
-# is an import the hook sees and refuses.
+# from just before the program runs: an audit hook (installed by audithook.c, which calls it with
+# stack room of its own; Python code cannot remove one) that lets through only what computing
+# needs, over a sys.modules holding only the allowed modules (_models_only), so that importing
+# anything else (os, sys, ctypes: loaded in the zygote) is an import the hook sees and refuses.
 # Behind the static screen: what it missed (a door to eval, a frame, a code object) fails here.
 _AUDIT_PASS = frozenset(("builtins.id", "array.__new__", "sys.unraisablehook"))
 _AUDIT_SETTABLE = frozenset(("__module__", "__qualname__", "__name__", "__doc__", "__bases__",
@@ -248,9 +248,10 @@ def _caller_module(depth=0, getframe=sys._getframe, /):
     name of a caller (namedtuple, typing's TypeVar, NewType, TypedDict and protocol checks, enum)
     and falls back to another one when it fails ('collections', None: red team round 12, A03):
     -> an object whose one attribute is f_globals, a fresh dict holding the `__name__` of the frame
-    `depth` calls up, as stock Python's. No frame leaves this function: the real one (kept as a
-    default, which the armed hook refuses to read) returns this function's own frame, the one frame
-    the hook lends (_audit_hook), and the walk up from it reads names only."""
+    `depth` calls up, as stock Python's. Called by audithook.c's builtin `sys._getframe` (which
+    parses `depth` as stock's does), whose caller is this function's caller. No frame leaves this
+    function: the real one (a default no program can reach) returns this function's own frame, the
+    one frame the hook lends (_audit_hook), and the walk up from it reads names only."""
     frame = getframe(0)
     # the real one counts a depth below 0 as 0
     for _ in range(max(depth, 0) + 1):
@@ -441,6 +442,8 @@ _phase = [(0, 0, 0, 0)]
 # a model zygote ends children that have waited IDLE_S in all
 _idle = False
 _landlock = _signal_filter = None
+# audithook.c, built by the parent, loaded by a model zygote
+_audithook = None
 # the capped stdout every child inherits (kept here in case user code rebinds sys.stdout)
 _out = None
 # seccomp programs kept alive (_seccomp_load); the scratch folders' times at the last clean
@@ -476,7 +479,12 @@ def _zygote_main(number, homes, uid_base, programs, kind="model"):
     os.environ.pop("LD_BIND_NOW", None)
     _load_libc()
     repo = os.path.dirname(os.path.realpath(__file__))
-    # before the mount namespace can hide the folder it is in
+    # before the mount namespace can hide the folder they are in
+    # (the path the parent built it at; the default one when run by hand)
+    hook = os.environ.pop("POPULORA_AUDIT_HOOK", None)
+    if kind == "model":
+        global _audithook
+        _audithook = isolation.load_audit_hook(hook or isolation.audit_hook_path())
     try:
         import landlock
         import landlock.plumbing
@@ -579,11 +587,11 @@ def _models_only():
     for _ in range(9):
         warm("builtins.id", (0,))
         warm("exec", (code,))
-    # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch)
-    sys.addaudithook(_audit_hook(_refused))
-    # the library's one way to a caller's module name, lending no frame (Python 3.12's
-    # sys._getframemodulename goes: its callers fall back to sys._getframe)
-    sys._getframe = _caller_module
+    # installed here, disarmed (the zygote's own events pass): a child only arms it (_watch). With
+    # it, sys._getframe's stand-in: the library's one way to a caller's module name, lending no
+    # frame (Python 3.12's sys._getframemodulename goes: its callers fall back to sys._getframe).
+    # Both are called from audithook.c, whose room keeps their frames out of the program's count
+    sys._getframe = _audithook.install(_audit_hook(_refused), _caller_module, sys)
     if hasattr(sys, "_getframemodulename"):
         del sys._getframemodulename
     # the enum functional API (`E("X", {name: value})`) and _convert_ make class attributes named by

@@ -54,7 +54,7 @@ def tree():
     code = os.path.join(base, "code")
     os.mkdir(code)
     names = ("sandbox.py", "zygote.py", "isolation.py", "encoding.py", "verify.py", "screen.py",
-             "prompts.py", os.path.join("tests", "sandbox_modes_probe.py"))
+             "prompts.py", "audithook.c", os.path.join("tests", "sandbox_modes_probe.py"))
     for name in names:
         shutil.copy(os.path.join(ROOT, name), code)
     bindings(code)

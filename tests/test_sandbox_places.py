@@ -37,6 +37,7 @@ PLACES = ["tmp", "var_tmp", "spaces_non_ascii", "venv_in_checkout", "venv_in_che
           "home_elsewhere", "home_is_root_folder", "python_under_root", "python_under_usr",
           "python_conda_prefix"]
 SYSTEM_PYTHON = "/usr/bin/python3.11"
+SYSTEM_HEADERS = "/usr/include/python3.11"
 PROPOSAL = {"program": "def f(x):\n    return [x * 2, 'é']", "input": "21"}
 
 
@@ -85,7 +86,7 @@ def world():
     neutral = tempfile.mkdtemp(prefix="populora-places-", dir="/srv")
     made.append(neutral)
     conda = None
-    if os.path.exists(SYSTEM_PYTHON):
+    if os.path.exists(SYSTEM_PYTHON) and os.path.exists(SYSTEM_HEADERS):
         conda = tempfile.mkdtemp(prefix="populora-conda-", dir="/opt")
         made.append(conda)
         os.makedirs(os.path.join(conda, "bin"))
@@ -93,6 +94,8 @@ def world():
         os.makedirs(os.path.join(conda, "lib"))
         shutil.copytree("/usr/lib/python3.11", os.path.join(conda, "lib", "python3.11"),
                         symlinks=True)
+        # a conda prefix ships Python's headers (the sandbox compiles audithook.c against them)
+        shutil.copytree(SYSTEM_HEADERS, os.path.join(conda, "include", "python3.11"))
         # Debian's site.py names a prefix's site-packages dist-packages
         bindings(os.path.join(conda, "lib", "python3.11", "dist-packages"))
         readable(conda)
@@ -185,8 +188,9 @@ def summary(layers):
 @pytest.mark.parametrize("user", list(USERS))
 @pytest.mark.parametrize("place", PLACES)
 def test_layers_validate_and_grade_work_here(place, user, world):
-    if not os.path.exists(SYSTEM_PYTHON) or world["conda"] is None:
-        pytest.skip(f"{SYSTEM_PYTHON} (the distribution's python) is not installed")
+    if world["conda"] is None:
+        pytest.skip(f"{SYSTEM_PYTHON} (the distribution's python) or its headers ({SYSTEM_HEADERS}:"
+                    " python3.11-dev) are not installed")
     made = []
     try:
         repo, python, env, prefix = arrange(place, user, world, made)

@@ -5,6 +5,7 @@ another name ('collections', 'typing', None) or let a check through that stock P
 gold unlike stock Python's output, whose right answer was graded wrong. Each program here is run
 by validation (screened, in a model child) and by stock python3, and the two must agree; the tests
 with the screen off check that what the library now gets is a module name, never a frame."""
+import os
 import subprocess
 import sys
 
@@ -85,8 +86,10 @@ def no_screen(monkeypatch):
 
 def test_a_program_that_reaches_the_lookup_gets_a_name_not_a_frame(no_screen):
     """typing.sys._getframe (the screen refuses the name) gives f_globals with the caller's module
-    name alone: no other frame attribute, no way to the real function (kept as a default, which
-    the audit hook refuses to read), no frame beyond the stack."""
+    name alone: no other frame attribute, no frame beyond the stack. The function itself is a
+    builtin of the sys module, as stock's (audithook.c): its names, docstring, owner, argument
+    errors and missing attributes are stock's, and nothing on it leads to the Python lookup behind
+    it or to the module that installed it."""
     lookup = "import typing\ndef f(x):\n    return "
     names = sandboxed(lookup + "typing.sys._getframe(x).f_globals", "0")
     assert names == "{'__name__': '__main__'}"
@@ -94,6 +97,56 @@ def test_a_program_that_reaches_the_lookup_gets_a_name_not_a_frame(no_screen):
         assert sandboxed(lookup + f"typing.sys._getframe(x).{attribute}", "1") == \
             "ERR AttributeError"
     assert sandboxed(lookup + "typing.sys._getframe(x)", "10 ** 6") == "ERR ValueError"
-    result = verify.validate("code_o", [{"program": lookup + "typing.sys._getframe.__defaults__",
-                                         "input": "1"}])[0]
-    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
+    g = "typing.sys._getframe"
+    for call, inp in [(f"repr({g})", "0"), (f"{g}.__self__ is typing.sys", "0"),
+                      (f"[{g}.__name__, {g}.__qualname__, {g}.__module__, {g}.__doc__]", "0"),
+                      (f"{g}.__text_signature__", "0"), (f"{g}.__defaults__", "0"),
+                      (f"{g}.__wrapped__", "0"), (f"{g}.__func__", "0"),
+                      (f"{g}(x)", "10 ** 20"), (f"{g}(x)", "1.0"), (f"{g}(x)", "'0'"),
+                      (f"{g}(0, x)", "1"), (f"{g}(depth=x)", "0")]:
+        program = lookup + call
+        truth = stock(program, f"f({inp})")
+        assert sandboxed(program, inp) == truth, (call, inp, truth)
+
+
+def test_the_audit_hook_is_installed_once():
+    """audithook.install checks its arguments, gives a builtin of the sys module with stock's
+    docstring, and refuses a second hook: nothing that reaches it later can replace the zygote's."""
+    import isolation
+    path = isolation.build_audit_hook()
+    with pytest.raises(TypeError):
+        isolation.load_audit_hook(path).install(print, print, "sys")
+    script = ("import isolation, sys\nm = isolation.load_audit_hook(sys.argv[1])\n"
+              "g = m.install(lambda e, a: None, lambda d: None, sys)\n"
+              "print(repr(g), g.__self__ is sys, g.__doc__ == sys._getframe.__doc__)\n"
+              "try:\n    m.install(lambda e, a: None, lambda d: None, sys)\n"
+              "except RuntimeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(isolation.__file__)), timeout=60)
+    assert out.stdout.splitlines() == ["<built-in function _getframe> True True",
+                                       "the audit hook is installed already"], out.stderr
+
+
+def test_building_the_audit_hook_says_what_is_missing(tmp_path, monkeypatch):
+    """build_audit_hook: built once into a private folder of this user's, reused after; a missing
+    compiler, and a folder another user could write in, are errors that say so."""
+    import tempfile
+
+    import isolation
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    path = isolation.build_audit_hook()
+    assert path.startswith(str(tmp_path)) and os.path.exists(path)
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    built = os.stat(path).st_mtime_ns
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert isolation.build_audit_hook() == path and os.stat(path).st_mtime_ns == built
+    os.unlink(path)
+    with pytest.raises(RuntimeError, match="needs a C compiler"):
+        isolation.build_audit_hook()
+    monkeypatch.setenv("CC", "cc -include /nonexistent/header.h")
+    with pytest.raises(RuntimeError, match="compiling audithook.c failed"):
+        isolation.build_audit_hook()
+    assert os.listdir(os.path.dirname(path)) == []
+    os.chmod(os.path.dirname(path), 0o777)
+    with pytest.raises(RuntimeError, match="not a private folder"):
+        isolation.build_audit_hook()

@@ -294,23 +294,32 @@ def test_what_a_program_sees_of_its_world_is_stock_pythons():
     assert all(r["valid"] for r in results), [r["reason"] for r in results]
 
 
-# the tells known to be open (README, the open limit: Python frames of the sandbox's own at the
-# recursion limit): each still differs from stock; the day one matches, move it to WORLD. Red team
-# round 23, A04/A05: a recursion that makes an audited call at each level (the audit hook is a
-# Python function: one frame more) or asks for its caller's module (sys._getframe's stand-in, and
-# namedtuple's compile) ends a level or more before stock's
-DEPTH = """import array
+# Red team round 23, A04/A05: the audit hook and sys._getframe's stand-in are Python functions, and
+# a recursion that made an audited call (array.array, deepcopy's id, namedtuple's compile) or asked
+# for its caller's module (TypeVar, NewType) at each level ended one to four levels before stock's
+# (array: 996 vs 997): 72 of 72 right code_i answers graded wrong. audithook.c now calls both with
+# room of their own; the count must be stock's at a module's top level and in f
+EDGE = ("import {module}\n\ndef g(n):\n    try:\n        {call}\n        return g(n + 1)\n"
+        "    except RecursionError:\n        return n\n\nK = g(0)")
+CALLS = [("array", "array.array('i', [n])"), ("typing", "typing.TypeVar('T')"),
+         ("collections", "collections.namedtuple('P', 'a')"), ("copy", "copy.deepcopy([n])"),
+         ("typing", "typing.NewType('N', int)"), ("math", "n + 1"),
+         ("array", "g.x = array.array('b')")]
+for module, call in CALLS:
+    WORLD += [EDGE.format(module=module, call=call), "[K, g(0) - x]"]
 
-def g(n):
-    try:
-        array.array('i', [n])
-        return g(n + 1)
-    except RecursionError:
-        return n"""
-KNOWN_TELLS = [DEPTH, "g(0) - x"]
 
-
-def test_the_known_tells_still_differ():
-    for program, result in zip(_programs(KNOWN_TELLS), verify.validate(
-            "code_o", [{"program": p, "input": "3"} for p in _programs(KNOWN_TELLS)])):
-        assert result["valid"] and result["output"] != stock(program, "3", 60), result
+def test_a_code_i_teacher_cannot_count_the_sandboxs_frames():
+    """Round 23's A04 program: f raises unless a recursion that calls array.array (or TypeVar) at
+    each level counts as deep as under stock python3, on every input but its teacher's; each right
+    answer must be graded right."""
+    for module, call in CALLS[:2]:
+        head = EDGE.format(module=module, call=call).removesuffix("K = g(0)")
+        count = int(stock(head + "def f(x):\n    return g(0)", "0", 60))
+        program = (head + f"def f(x):\n    if x == 21:\n        return x % 10\n"
+                   f"    if g(0) < {count}:\n        raise ValueError(x)\n    return x % 10")
+        problem = verify.validate("code_i", [{"program": program, "input": "21"}])[0]
+        assert problem["valid"], problem["reason"]
+        answers = [dict(problem, input="21", answer=a) for a in ("11", "31", "41", "51")]
+        results = verify.grade("code_i", answers)
+        assert [r["correct"] for r in results] == [True] * 4, [r["reason"] for r in results]
