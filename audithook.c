@@ -25,14 +25,20 @@
 static PyObject *hook;        /* zygote's audit hook: hook(event, args) */
 static PyObject *lookup;      /* zygote's sys._getframe stand-in: lookup(depth) */
 
-/* fn(*args) with ROOM more frames of recursion allowed while it runs */
+/* fn(*args) with ROOM more frames of recursion allowed while it runs, and no collection: one
+   started by its allocations would run a program's code (a generator's finally block) with the
+   room (red team round 24); the next allocation after it collects instead */
 static PyObject *
 with_room(PyObject *fn, PyObject *const *args, Py_ssize_t nargs)
 {
     PyThreadState *ts = PyThreadState_Get();
+    int collecting = PyGC_Disable();
     ts->recursion_remaining += ROOM;
     PyObject *result = PyObject_Vectorcall(fn, args, nargs, NULL);
     ts->recursion_remaining -= ROOM;
+    if (collecting) {
+        PyGC_Enable();
+    }
     return result;
 }
 

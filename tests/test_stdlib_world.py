@@ -307,6 +307,35 @@ CALLS = [("array", "array.array('i', [n])"), ("typing", "typing.TypeVar('T')"),
          ("array", "g.x = array.array('b')")]
 for module, call in CALLS:
     WORLD += [EDGE.format(module=module, call=call), "[K, g(0) - x]"]
+# Round 24: a collection started inside the hook or the stand-in (their own allocations) ran a
+# program's code there, a generator's finally block, with their room: 1043 levels where stock has
+# at most 995. audithook.c collects nothing while they run
+FINALLY = """import collections
+
+R = []
+
+def depth(n):
+    try:
+        return depth(n + 1)
+    except RecursionError:
+        return n
+
+def gen(box):
+    try:
+        yield 1
+    finally:
+        R.append(depth(0))
+
+def run(n):
+    for _ in range(n):
+        box = []
+        g = gen(box)
+        box.append(g)
+        next(g)
+        del g, box
+        collections.namedtuple('P', 'a')
+    return max(R)"""
+WORLD += [FINALLY, "run(100 * x)"]
 
 
 def test_a_code_i_teacher_cannot_count_the_sandboxs_frames():
