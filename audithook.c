@@ -150,9 +150,88 @@ install(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return stand_in;
 }
 
+/* a disguise's call: self is the module object made for it (disguise), which holds `refuse` */
+static PyObject *
+refused(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    (void)args;
+    (void)nargs;
+    (void)kwnames;
+    PyObject *refuse = PyObject_GetAttrString(self, "refuse");
+    if (refuse == NULL) {
+        return NULL;
+    }
+    /* with room, so that a call at the edge of the recursion limit is still a refusal */
+    PyObject *result = with_room(refuse, NULL, 0);
+    Py_DECREF(refuse);
+    return result;
+}
+
+/* disguise(original, refuse) -> a builtin that stands in for the builtin function `original`
+   (abc.get_cache_token, the clock queue reads): its name, qualified name, module, docstring and
+   text signature, and a call of it calls refuse() (which raises). Its __self__, which the screen
+   refuses to name, is a module object of the original's module name holding refuse alone, so
+   nothing on it leads to what the original's __self__ holds. */
+static PyObject *
+disguise(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyCFunction_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "disguise(builtin function, refuse)");
+        return NULL;
+    }
+    PyObject *name = PyObject_GetAttrString(args[0], "__name__");
+    PyObject *owner = PyObject_GetAttrString(args[0], "__module__");
+    PyObject *doc = PyObject_GetAttrString(args[0], "__doc__");
+    PyObject *signature = PyObject_GetAttrString(args[0], "__text_signature__");
+    PyObject *text = NULL, *holder = NULL, *result = NULL;
+    PyMethodDef *definition = NULL;
+    if (name == NULL || owner == NULL || doc == NULL || signature == NULL
+            || !PyUnicode_Check(name) || !PyUnicode_Check(owner)) {
+        PyErr_SetString(PyExc_TypeError, "disguise: a builtin with a name and a module");
+        goto done;
+    }
+    /* the docstring as the method definition holds it (see install) */
+    if (PyUnicode_Check(doc) && PyUnicode_Check(signature)) {
+        text = PyUnicode_FromFormat("%U%U\n--\n\n%U", name, signature, doc);
+    }
+    else if (PyUnicode_Check(doc)) {
+        text = Py_NewRef(doc);
+    }
+    else {
+        text = PyUnicode_FromString("");
+    }
+    holder = PyModule_NewObject(owner);
+    definition = PyMem_Calloc(1, sizeof(PyMethodDef));
+    if (text == NULL || holder == NULL || definition == NULL
+            || PyModule_AddObjectRef(holder, "refuse", args[1]) < 0) {
+        goto done;
+    }
+    /* kept for the life of the process, as the definition that points to them */
+    definition->ml_name = strdup(PyUnicode_AsUTF8(name));
+    definition->ml_doc = PyUnicode_GET_LENGTH(text) ? strdup(PyUnicode_AsUTF8(text)) : NULL;
+    definition->ml_meth = (PyCFunction)(void (*)(void))refused;
+    definition->ml_flags = METH_FASTCALL | METH_KEYWORDS;
+    result = PyCFunction_NewEx(definition, holder, owner);
+    if (result != NULL) {
+        definition = NULL;
+    }
+done:
+    PyMem_Free(definition);
+    Py_XDECREF(name);
+    Py_XDECREF(owner);
+    Py_XDECREF(doc);
+    Py_XDECREF(signature);
+    Py_XDECREF(text);
+    Py_XDECREF(holder);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
      "install(hook, lookup, sys) -> sys._getframe's stand-in; installs the audit hook for good"},
+    {"disguise", (PyCFunction)(void (*)(void))disguise, METH_FASTCALL,
+     "disguise(original, refuse) -> a builtin that looks like original and calls refuse()"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -443,7 +443,9 @@ def _over_budget(run):
 SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed", "exited",
                 "malformed result", "worker died", "result too large",
                 "ValueError: output is not a plain value", "ValueError: output is an unnormalised",
-                "ValueError: too many keys with one hash", "ValueError: output too large")
+                "ValueError: too many keys with one hash", "ValueError: output too large",
+                # the child could not decode the arguments sent to it (this process's limits)
+                "ValueError: malformed encoding")
 
 
 def _sandbox_ended(run):
@@ -547,18 +549,26 @@ def _fill_arguments(entry, runs):
     except Invalid as e:
         return str(e)
     for (k, _), value in zip(entry["packs"], runs[0]["values"]):
-        if not _argument_list(value):
+        try:
+            plain = _argument_list(value)
+        except ValueError:
+            # plain data past this process's limits (keys of one hash): the sandbox's doing, where
+            # stock Python would call f on it (red team round 24, A08: a right code_i answer of 9
+            # ints that share a hash was graded wrong, not void)
+            return "malformed result: its value cannot be read here"
+        if not plain:
             return "the input is not an argument list of plain values"
         entry["args"][k] = value
     return ""
 
 
 def _argument_list(value):
-    """Is a child's value the encoding of (a tuple, a dict of keyword names)?"""
-    try:
-        args, kwargs = decode(value)
-    except (ValueError, TypeError):
+    """Is a child's value the encoding of (a tuple, a dict of keyword names)? ValueError when this
+    process cannot decode it."""
+    pair = decode(value)
+    if type(pair) is not tuple or len(pair) != 2:
         return False
+    args, kwargs = pair
     if type(args) is not tuple or type(kwargs) is not dict:
         return False
     return all(type(key) is str and key.isidentifier() for key in kwargs)

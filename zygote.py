@@ -29,7 +29,7 @@ from os import (_exit, chdir as _chdir, close as _close, closerange as _closeran
                 read as _read, readv as _readv, rmdir as _rmdir, setsid as _setsid,
                 setuid as _setuid, unlink as _unlink, wait4 as _wait4, write as _write)
 from signal import ITIMER_PROF, setitimer as _setitimer
-from types import SimpleNamespace
+from types import FunctionType, SimpleNamespace
 
 # the walls (set-up only) and the value encoding both sides use; the zygote drops both from
 # sys.modules (see _zygote_main)
@@ -599,13 +599,16 @@ def _models_only():
     # alias, `E.__call__`, functools.partial(E), map(E, ...)), a refusal that fails the job
     # even if caught (stock Python makes the class); every enum class is made already
     meta = sys.modules["enum"].EnumMeta
-    meta._create_ = meta._convert_ = _no_functional_enum
+    meta._create_ = _stand_in(meta._create_, _no_functional_enum)
+    meta._convert_ = _stand_in(meta._convert_, _no_functional_enum)
     # random numbers, which the screen refuses by name, through statistics (its random is seeded
     # alike in every child of a zygote: a coin whose bias a teacher chose, red team round 18, A06)
-    sys.modules["statistics"].NormalDist.samples = _no_random
+    normal = sys.modules["statistics"].NormalDist
+    normal.samples = _stand_in(normal.samples, _no_random)
     # a count of the abstract-class registrations this process made (30 in every zygote, 23-25 in
     # stock as root or not: a gold nobody derives, and a tell of the sandbox; round 19, A02)
-    sys.modules["abc"].get_cache_token = _no_cache_token
+    sys.modules["abc"].get_cache_token = _stand_in(sys.modules["abc"].get_cache_token,
+                                                    _no_cache_token)
     # the clock that queue's and threading's timed waits read in Python loops (Queue.get/put,
     # Condition.wait_for with a timeout): a program counts those loops, or times its own code
     # against a timeout, and so tells the sandbox from stock Python (round 20: an audited call such
@@ -613,13 +616,27 @@ def _models_only():
     # sleep (isolation._futex_rules). The waits themselves (a lock's, a Condition's, SimpleQueue's)
     # read no Python clock
     queue = sys.modules["queue"]
-    queue.time = queue.threading._time = _no_clock
+    queue.time = queue.threading._time = _stand_in(queue.time, _no_clock)
     # a lone surrogate printed: stock Python's stdout raises UnicodeEncodeError (a UTF-8 locale)
     # or writes a byte (\udc80-\udcff under C.UTF-8's surrogateescape), so what a program sees of
     # that print depends on the locale; the capped stdout's backslashreplace printed it, which no
     # stock stdout does (red team round 21, A04: a tell, 48 of 48 right code_i answers wrong)
     codecs.register_error("sandbox.print", _no_surrogate_print)
     _out.reconfigure(errors="sandbox.print")
+
+
+def _stand_in(original, refusal):
+    """`refusal` (a function that refuses) dressed as `original`, for a model child: what a program
+    may read of a function (its name, qualified name, module, docstring, repr; the screen refuses
+    the rest) is original's. A builtin's stand-in is a builtin (audithook.disguise); a Python
+    function's, a copy of refusal under original's names (red team round 24, A04-A06: a stand-in's
+    own names and docstring were a tell, 23 of 23 right code_i answers wrong)."""
+    if type(original) is type(len):
+        return _audithook.disguise(original, refusal)
+    copy = FunctionType(refusal.__code__, refusal.__globals__, original.__name__)
+    for name in ("__qualname__", "__module__", "__doc__", "__defaults__", "__kwdefaults__"):
+        setattr(copy, name, getattr(original, name))
+    return copy
 
 
 def _refuse(what):

@@ -336,6 +336,17 @@ def run(n):
         collections.namedtuple('P', 'a')
     return max(R)"""
 WORLD += [FINALLY, "run(100 * x)"]
+# Round 24, A04-A06/A11: the zygote's stand-ins that refuse a call (a count of this process's class
+# registrations, random numbers) had names and docstrings of their own: 23 of 23 right code_i
+# answers wrong. They read as stock's now (zygote._stand_in)
+WORLD += [
+    "import abc", "[repr(abc.get_cache_token), abc.get_cache_token.__qualname__, "
+                  "abc.get_cache_token.__module__, abc.get_cache_token.__doc__]",
+    "import statistics", "[statistics.NormalDist.samples.__qualname__, "
+                         "statistics.NormalDist.samples.__module__, "
+                         "statistics.NormalDist.samples.__doc__, "
+                         "repr(statistics.NormalDist(0, x).samples)]",
+]
 
 
 def test_a_code_i_teacher_cannot_count_the_sandboxs_frames():

@@ -290,3 +290,21 @@ def test_the_collectors_older_generations_are_no_gold():
     results = verify.validate("code_o", [{"program": program, "input": "0"}] * 6)
     outputs = {r["output"] for r in results}
     assert not all(r["valid"] for r in results) or len(outputs) > 1, results
+
+
+def test_a_code_i_answer_this_process_cannot_read_is_void():
+    # round 24, A08: a right answer of 9 ints that share a hash (k * (2**61 - 1)), past decode's
+    # limit on keys of one hash, was graded wrong ("malformed encoding" in the child, "not an
+    # argument list" for one evaluated first), where stock Python calls f on it: void now, as a
+    # value this process cannot read is (the student's own attempt only); plain answers as before
+    [problem] = verify.validate("code_i", [{"program": "def f(s):\n    return len(s)",
+                                            "input": "{1, 2, 3, 4, 5, 6, 7, 8, 9}"}])
+    assert problem["valid"], problem
+    m = (1 << 61) - 1
+    answers = ["{" + ", ".join(str(k * m) for k in range(9)) + "}",
+               f"set(range(0, 9 * {m}, {m}))", "{9, 8, 7, 6, 5, 4, 3, 2, 1}", "{1, 2}",
+               "{" + ", ".join(str(k * m) for k in range(8)) + "}"]
+    results = verify.grade("code_i", [dict(problem, input="{1, 2, 3, 4, 5, 6, 7, 8, 9}",
+                                           answer=a) for a in answers])
+    assert [(r["correct"], r["void"]) for r in results] == [
+        (False, True), (False, True), (True, False), (False, False), (False, False)], results
