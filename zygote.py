@@ -607,8 +607,10 @@ def _models_only():
     normal.samples = _stand_in(normal.samples, _no_random)
     # a count of the abstract-class registrations this process made (30 in every zygote, 23-25 in
     # stock as root or not: a gold nobody derives, and a tell of the sandbox; round 19, A02)
-    sys.modules["abc"].get_cache_token = _stand_in(sys.modules["abc"].get_cache_token,
-                                                    _no_cache_token)
+    # what user code can reach: the kept modules, and threading, which queue holds (pruned from
+    # sys.modules above; never time, whose clock the zygote reads)
+    reachable = [*sys.modules.values(), sys.modules["queue"].threading]
+    _everywhere(sys.modules["abc"].get_cache_token, _no_cache_token, reachable)
     # the clock that queue's and threading's timed waits read in Python loops (Queue.get/put,
     # Condition.wait_for with a timeout): a program counts those loops, or times its own code
     # against a timeout, and so tells the sandbox from stock Python (round 20: an audited call such
@@ -616,7 +618,7 @@ def _models_only():
     # sleep (isolation._futex_rules). The waits themselves (a lock's, a Condition's, SimpleQueue's)
     # read no Python clock
     queue = sys.modules["queue"]
-    queue.time = queue.threading._time = _stand_in(queue.time, _no_clock)
+    _everywhere(queue.time, _no_clock, reachable)
     # a lone surrogate printed: stock Python's stdout raises UnicodeEncodeError (a UTF-8 locale)
     # or writes a byte (\udc80-\udcff under C.UTF-8's surrogateescape), so what a program sees of
     # that print depends on the locale; the capped stdout's backslashreplace printed it, which no
@@ -637,6 +639,17 @@ def _stand_in(original, refusal):
     for name in ("__qualname__", "__module__", "__doc__", "__defaults__", "__kwdefaults__"):
         setattr(copy, name, getattr(original, name))
     return copy
+
+
+def _everywhere(original, refusal, modules):
+    """Bind _stand_in(original, refusal) wherever one of `modules` binds `original` (its own
+    module's name and every `from x import` of it: functools.get_cache_token was abc's original,
+    round 25, A01/A03: 30 registrations in every child, 23-25 in stock, and a tell beside abc's)."""
+    stand_in = _stand_in(original, refusal)
+    for module in modules:
+        for name, value in list(getattr(module, "__dict__", {}).items()):
+            if value is original:
+                setattr(module, name, stand_in)
 
 
 def _refuse(what):

@@ -112,14 +112,16 @@ def test_a_program_that_reaches_the_lookup_gets_a_name_not_a_frame(no_screen):
 def test_the_stand_ins_read_as_stock_and_refuse(no_screen):
     """What a program may read of the zygote's stand-ins, even one past the screen (queue's clock,
     the enum functional API), is stock's; a call of one is refused, caught or not (round 24)."""
-    head = "import abc, enum, queue, statistics\ndef f(x):\n    return "
+    head = "import abc, enum, functools, queue, statistics\ndef f(x):\n    return "
     for stand_in in ("queue.time", "queue.threading._time", "abc.get_cache_token",
+                     "functools.get_cache_token",
                      "enum.Enum._create_", "enum.EnumMeta._convert_",
                      "statistics.NormalDist.samples"):
         program = head + (f"[repr({stand_in}).split(' at ')[0], {stand_in}.__name__, "
                           f"{stand_in}.__qualname__, {stand_in}.__module__, {stand_in}.__doc__, x]")
         assert sandboxed(program, "0") == stock(program, "f(0)"), stand_in
-    for call in ("queue.time()", "abc.get_cache_token()", "statistics.NormalDist().samples(2)",
+    for call in ("queue.time()", "abc.get_cache_token()", "functools.get_cache_token()",
+                 "statistics.NormalDist().samples(2)",
                  "enum.Enum('E', 'A')"):
         program = head.replace("return ", "try:\n        return ") + call + \
             "\n    except Exception:\n        return x"

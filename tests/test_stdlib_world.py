@@ -340,6 +340,8 @@ WORLD += [FINALLY, "run(100 * x)"]
 # registrations, random numbers) had names and docstrings of their own: 23 of 23 right code_i
 # answers wrong. They read as stock's now (zygote._stand_in)
 WORLD += [
+    "import abc, functools", "[functools.get_cache_token == abc.get_cache_token, "
+                             "repr(functools.get_cache_token), functools.get_cache_token.__module__]",
     "import abc", "[repr(abc.get_cache_token), abc.get_cache_token.__qualname__, "
                   "abc.get_cache_token.__module__, abc.get_cache_token.__doc__]",
     "import statistics", "[statistics.NormalDist.samples.__qualname__, "

@@ -239,9 +239,14 @@ def test_random_numbers_through_statistics_are_refused():
 
 def test_the_processs_count_of_class_registrations_is_refused():
     # round 19, A02: abc.get_cache_token() was 30 in every zygote, 23-25 in stock python3
-    program = "import abc\ndef f(x):\n    return x + abc.get_cache_token()"
-    [result] = verify.validate("code_o", [{"program": program, "input": "0"}])
-    assert not result["valid"] and "get_cache_token" in result["reason"], result
+    # round 25, A01/A03/A04: and under functools' name for it (`from abc import`), in a program
+    # and in a code_o input: 30, where stock counts 23-25
+    proposals = [{"program": f"import {m}\ndef f(x):\n    return x + {m}.get_cache_token()",
+                  "input": "0"} for m in ("abc", "functools")]
+    proposals.append({"program": "import functools\ndef f(x):\n    return x * 2",
+                      "input": "functools.get_cache_token()"})
+    for result in verify.validate("code_o", proposals):
+        assert not result["valid"] and "get_cache_token" in result["reason"], result
 
 
 # round 21, A01/A02: how many objects a program makes before the collector frees a cycle of its
