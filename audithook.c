@@ -5,12 +5,14 @@
    does not spend, so a recursion that makes an audited call at each level (array.array, id,
    namedtuple, typing.TypeVar) ended a level or more before stock's: a tell of the sandbox, and a
    gold stock Python disagrees with (red team round 23). Here both are called from C with room:
-   the thread's recursion counter is raised by ROOM for the call and lowered after it, so their
-   frames count against nothing the program can reach. Nothing else changes: the hook is
-   installed with PySys_AddAuditHook (no Python code can list or remove it), once.
+   the thread's recursion counter is raised by ROOM for the call and lowered after it, and the
+   collector waits, so their frames count against nothing the program can reach and no program
+   code runs in that room. The hook is installed with PySys_AddAuditHook (no Python code can list
+   or remove it), once. disguise() makes the builtins that stand in for refused ones (zygote's
+   _stand_in), which read as the originals do.
 
-   Built by isolation.audit_hook_module() in the calling process (cc, Python's headers), loaded by
-   a model zygote before it hides the checkout. */
+   Built by isolation.build_audit_hook() in the calling process (cc, Python's headers), loaded by
+   a model zygote before it hides the file system. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
