@@ -352,14 +352,24 @@ def _holds_a_set(encoding):
     return False
 
 
+# where Python and a reader may break lines differently: Python breaks at a lone \r, which a prompt
+# shows inside its line (`k = 1  # note\r    k = -3` ran the second assignment behind a comment:
+# red team round 26, A10); many readers (str.splitlines) break at these others, Python never
+_LINE_BREAKS = re.compile("\r(?!\n)|[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 def _prompt_text(text):
     """Raise Invalid unless `text` reaches a prompt as it is: valid UTF-8 (a lone surrogate is not,
     and the tokenizer raises on it) in NFC (Qwen2's tokenizer normalises to NFC, so `'e\u0301'`
     would reach the student as the one character `'é'`, one shorter than f counts: red team round 9,
     P02); without ``` (every such text is shown inside a fence, which a string in a program closed,
-    showing a student a second `input` fence: red team round 15, A05)."""
+    showing a student a second `input` fence: red team round 15, A05); with no line break but \n and
+    \r\n (_LINE_BREAKS)."""
     if "```" in text:
         raise Invalid("``` in a text a student sees inside a fence")
+    if _LINE_BREAKS.search(text):
+        raise Invalid("a line break other than \\n or \\r\\n (Python and a reader would split the "
+                      "lines differently)")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -446,6 +456,13 @@ SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed
                 "ValueError: too many keys with one hash", "ValueError: output too large",
                 # the child could not decode the arguments sent to it (this process's limits)
                 "ValueError: malformed encoding")
+
+
+# a code_i answer whose value is past what the sandbox carries (the argument budget, the text
+# cap) is void, not wrong: stock Python would call f on it (red team round 26, A04)
+PAST_LIMITS = ("input too large", "input longer than")
+# ... and one evaluated to different values in the two families (a set's order, round 26, A05)
+UNSETTLED = ("non-deterministic: the input evaluates differently",)
 
 
 def _sandbox_ended(run):
@@ -876,7 +893,9 @@ def grade(task, attempts, timeout=5.0):
                 work, values, compared, gold, check = _attempt(task, a, seen)
             except Invalid as e:
                 results[i]["reason"] = str(e)
-                if not str(e).startswith("bad request"):
+                if task == "code_i" and str(e).startswith(PAST_LIMITS):
+                    results[i].update(void=True, reason=f"void: {e}")
+                elif not str(e).startswith("bad request"):
                     results[i]["reason"] = f"invalid answer: {e}"
                 continue
             except MemoryError:
@@ -938,6 +957,17 @@ def grade(task, attempts, timeout=5.0):
         # a value this process cannot read (round 17, A02: keys of one hash, refused by decode)
         if run["ok"] and not _readable(run):
             unsure.setdefault(i, "void: its value cannot be read here")
+        # an input past the argument budget, or one whose value differs between the families (a
+        # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
+        if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
+            unsure.setdefault(i, f"void: {run['error']}")
+        # f gives the gold on the input as written (as stock Python passes it: one list under two
+        # names, `[[]] * 2`) but not on its plain data: not wrong by stock, not provably right
+        # either (round 26, A09)
+        if (run["ok"] and i in written and not _matches(run, compared, gold)
+                and _matches(written[i], compared, gold)):
+            unsure.setdefault(i, "void: f gives the gold on the input as written, not on its "
+                                 "plain data (one object under two names)")
     for i, run, compared, gold, key in done:
         if i in unsure:
             results[i].update(void=True, reason=unsure[i])

@@ -313,3 +313,52 @@ def test_a_code_i_answer_this_process_cannot_read_is_void():
                                            answer=a) for a in answers])
     assert [(r["correct"], r["void"]) for r in results] == [
         (False, True), (False, True), (True, False), (False, False), (False, False)], results
+
+
+def _graded(program, teacher_input, answers):
+    [problem] = verify.validate("code_i", [{"program": program, "input": teacher_input}])
+    assert problem["valid"], problem
+    return verify.grade("code_i", [dict(problem, input=teacher_input, answer=a) for a in answers])
+
+
+def test_a_right_code_i_answer_past_the_argument_budget_is_void():
+    # round 26, A04: right answers (len % 7 == 3) larger than the arguments' budget were graded
+    # wrong ("input too large"), where stock Python calls f on them: void, as a literal and as an
+    # expression; small answers as before
+    answers = ["list(range(70003))", "'a' * 300002", "[" + "0, " * 20002 + "]", "'xyz'", "'ab'"]
+    results = _graded("def f(s):\n    return len(s) % 7", "'abc'", answers)
+    assert [(r["correct"], r["void"]) for r in results] == [
+        (False, True), (False, True), (False, True), (True, False), (False, False)], results
+
+
+def test_a_right_code_i_answer_built_from_a_set_is_never_wrong():
+    # round 26, A05: an input whose value depends on the hash seed (a set's order) while f's does
+    # not was graded wrong when the two families disagreed on it ("non-deterministic"): void now
+    answers = ["list(set('abcde'))", "[*{'e', 'd', 'c', 'b', 'a'}]"] * 3
+    results = _graded("def f(xs):\n    return sorted(xs)", "['b', 'a', 'c', 'd', 'e']", answers)
+    assert all(r["correct"] or r["void"] for r in results), results
+
+
+def test_a_code_i_answer_right_only_as_written_is_void_not_wrong():
+    # round 26, A09: `[[]] * 2` gives the gold as stock Python passes it (one list under two
+    # names) and not as plain data: it was graded wrong; void now. As before: right both ways is
+    # correct, and an answer wrong as written is wrong
+    results = _graded("def f(x):\n    x[0].append(1)\n    return len(x[1])", "[[], [0]]",
+                      ["[[]] * 2", "[[], [0]]", "[[], []]", "[[0]] * 2"])
+    assert [(r["correct"], r["void"]) for r in results] == [
+        (False, True), (True, False), (False, False), (False, False)], results
+
+
+def test_a_line_break_python_and_a_reader_split_differently_is_invalid():
+    # round 26, A10: a lone \r is a line break to Python, shown inside its line in a prompt:
+    # `k = 1  # k is 1\r    k = -3` ran the second assignment behind what reads as a comment
+    hidden = [{"program": "def f(x):\n    k = 1  # k is 1\r    k = -3\n    return k * x",
+               "input": "5"},
+              {"program": "def f(x, y=0):\n    return x + y", "input": "5 #\r, 7"},
+              {"program": "def f(x):\n    # note\u2028    return x\n    return -x", "input": "5"},
+              {"program": "def f(x):\n    return x\x0c", "input": "5"}]
+    for result in verify.validate("code_o", hidden):
+        assert not result["valid"] and "line break" in result["reason"], result
+    [fine] = verify.validate("code_o", [{"program": "def f(x):\r\n    return x * 2\r\n",
+                                         "input": "5"}])
+    assert fine["valid"] and fine["output"] == "10", fine
