@@ -217,28 +217,16 @@ def _ensure(kind):
             _hello(_pool["workers"][n])
 
 
-def _pack(job, cache):
-    """Job dict with source texts -> the settings a zygote reads (HEADER bytes: the payload's
-    length, the time limit in ms, the memory limit in MB, the stdout cap) + the payload its child
-    reads (marshal bytes), every text compiled here unless it comes compiled (compiling runs
-    nothing; a child then only unmarshals and executes, and a validity pair shares one compile via
-    `cache`)."""
-    # parent only (zygotes never pack)
-    import warnings
-
-    def code(text, name, mode):
-        # verify hands in code objects compiled from the screened trees (screen.compiled)
-        if not isinstance(text, str):
-            return text
-        if (text, name, mode) not in cache:
-            # model text's compile-time warnings stay off the console (verify.quiet)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cache[text, name, mode] = compile(text, name, mode, dont_inherit=True)
-        return cache[text, name, mode]
+def _pack(job):
+    """Job dict -> the settings a zygote reads (HEADER bytes: the payload's length, the time limit
+    in ms, the memory limit in MB, the stdout cap) + the payload its child reads (marshal bytes).
+    Its code comes as code objects (screen.compiled: compiling runs nothing, and a child only
+    unmarshals and executes them) or as texts, which the child compiles (zygote._compiled): a
+    benchmark harness, and model code holding a frozenset, which marshal would make again in its
+    sorted order (screen.compiled says why)."""
     body = {k: v for k, v in job.items() if k not in ("family", "zygote")}
-    body["code"] = code(job.get("code", ""), "<program>", "exec")
-    body["calls"] = [code(c, "<call>", "eval") for c in job.get("calls", ())]
+    body["code"] = job.get("code", "")
+    body["calls"] = list(job.get("calls", ()))
     data = marshal.dumps(body)
     timeout_ms = int(float(job.get("timeout", 5.0)) * 1000)
     # a model program's stdout is never read: no room for it in its result line, which so stays
@@ -293,7 +281,7 @@ def _queue(job):
 def _dispatch(jobs, results, queues):
     """The select loop of run(): feed the zygotes and collect their answers until every job has
     one."""
-    cache, packed, pending = {}, {}, len(jobs)
+    packed, pending = {}, len(jobs)
     while pending:
         # jobs pinned to a zygote that is not (or no longer) in the pool
         live = {w["id"] for w in _pool["workers"] if w["kind"] == _pool["kind"]}
@@ -302,7 +290,7 @@ def _dispatch(jobs, results, queues):
                 results[i] = failed("its zygote is gone")
                 packed.pop(i, None)
                 pending -= 1
-        pending -= _feed(jobs, results, queues, cache, packed)
+        pending -= _feed(jobs, results, queues, packed)
         pending -= _collect(jobs, results, queues)
 
 
@@ -312,7 +300,7 @@ def failed(error):
             "wall_s": 0.0, "zygote": 0}
 
 
-def _feed(jobs, results, queues, cache, packed):
+def _feed(jobs, results, queues, packed):
     """Keep each zygote up to two jobs deep, idle zygotes first (the next job waits in its pipe: no
     sleep and wake between jobs). `packed`: jobs packed already that did not fit in a pipe. -> how
     many jobs were answered here (those that do not compile)."""
@@ -336,7 +324,7 @@ def _feed(jobs, results, queues, cache, packed):
                 break
             i = queue.pop()
             try:
-                payload = packed.pop(i, None) or _pack(jobs[i], cache)
+                payload = packed.pop(i, None) or _pack(jobs[i])
             except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError,
                     MemoryError) as e:
                 results[i] = failed(describe(e))

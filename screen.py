@@ -796,19 +796,34 @@ def _keep(text, mode, tree):
     _CODES_CHARS[0] += len(text)
     names = {"exec": "<program>", "eval": "<call>"}
     try:
-        code = quiet(compile, tree, names[mode], mode, dont_inherit=True)
+        # optimize=0: as stock python3 runs a script, whatever this process's -O (round 27, A12:
+        # under -O a program's asserts were stripped)
+        code = quiet(compile, tree, names[mode], mode, dont_inherit=True, optimize=0)
     # a tree can parse and still not compile (`y = *a`: the compiler's own checks)
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError) as e:
         raise Invalid(f"does not compile: {getattr(e, 'msg', None) or type(e).__name__}") from None
-    _CODES[text, mode] = code
+    _CODES[text, mode] = text if _holds_a_frozenset(code) else code
 
 
 def compiled(text, mode="exec"):
-    """The code object a child runs for `text`: compiled from its screened tree (screened now if
-    it was not lately). Raises Invalid."""
+    """What a child runs for `text` (screened now if it was not lately): the code object compiled
+    from its screened tree, or the text itself where that code holds a frozenset, which the child
+    then compiles (zygote._compiled): marshal makes a frozenset again in its sorted order, so
+    `{8, 16, 0}` iterated as [0, 8, 16] in every child and [8, 16, 0] under stock python3 (red
+    team round 27, A11: 50 of 50 right code_i answers wrong). Raises Invalid."""
     if (text, mode) not in _CODES:
         screened(text, mode)
     return _CODES[text, mode]
+
+
+def _holds_a_frozenset(code):
+    """Does a code object, or one nested in it, hold a frozenset constant?"""
+    for const in code.co_consts:
+        if type(const) is frozenset:
+            return True
+        if type(const) is types.CodeType and _holds_a_frozenset(const):
+            return True
+    return False
 
 
 # ------------------------------------------------------------------------------ programs and inputs
@@ -1010,6 +1025,11 @@ def arguments(inputs):
     call = tree.body
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"):
         raise Invalid("input is not an argument list")
+    # the compiler's check, which the parser leaves to it (`x=1, x=3` read as x=3: red team round
+    # 27, A05; stock Python raises SyntaxError)
+    names = [keyword.arg for keyword in call.keywords if keyword.arg is not None]
+    if len(names) != len(set(names)):
+        raise Invalid("input repeats a keyword argument")
     try:
         args = []
         for node in call.args:

@@ -459,8 +459,10 @@ SANDBOX_ENDS = ("not allowed in the sandbox", "MemoryError", "timeout", "crashed
 
 
 # a code_i answer whose value is past what the sandbox carries (the argument budget, the text
-# cap) is void, not wrong: stock Python would call f on it (red team round 26, A04)
-PAST_LIMITS = ("input too large", "input longer than")
+# cap, an int's bits, the depth of a value or of a text) is void, not wrong: stock Python would
+# call f on it (red team round 26, A04; round 27, A07/A08)
+PAST_LIMITS = ("input too large", "input longer than", "input: output too large",
+               f"nested deeper than {screen.MAX_DEPTH} levels")
 # ... and one evaluated to different values in the two families (a set's order, round 26, A05)
 UNSETTLED = ("non-deterministic: the input evaluates differently",)
 
@@ -964,7 +966,7 @@ def grade(task, attempts, timeout=5.0):
         # f gives the gold on the input as written (as stock Python passes it: one list under two
         # names, `[[]] * 2`) but not on its plain data: not wrong by stock, not provably right
         # either (round 26, A09)
-        if (run["ok"] and i in written and not _matches(run, compared, gold)
+        if (i in written and not _matches(run, compared, gold)
                 and _matches(written[i], compared, gold)):
             unsure.setdefault(i, "void: f gives the gold on the input as written, not on its "
                                  "plain data (one object under two names)")
@@ -1003,8 +1005,9 @@ def _as_written(attempts, entries, done, timeout):
     ran = {i: run for i, run, _, _, _ in done}
     owners, jobs = [], []
     for i, e, _, _, _ in entries:
-        # one that failed as plain data is wrong (or void) already
-        if not _not_plain(e) or not ran[i]["ok"]:
+        # also one f failed on as plain data: as written it may give the gold (round 27, A10:
+        # `[[0] * 3] * 3`, one row under three names, where f raised on three rows)
+        if not _not_plain(e) or _sandbox_ended(ran[i]) or _lost(ran[i]):
             continue
         try:
             call = _as_written_call(attempts[i]["answer"])

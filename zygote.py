@@ -22,6 +22,7 @@ import select
 import signal
 import sys
 import time
+import warnings
 from importlib.machinery import PathFinder
 # bound before layer 3 disables them for user code
 from os import (_exit, chdir as _chdir, close as _close, closerange as _closerange, dup2 as _dup2,
@@ -125,6 +126,9 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # expression of job["calls"]) as much as a module's, f as much as when that module's top level
     # calls it; measured under the frames of this harness (red team round 18, A08: a room above
     # stock's told f it ran in the sandbox, and f graded right code_i answers wrong)
+    # compiled here, before the hook is armed with the code objects (sandbox._pack says why)
+    job["code"] = _compiled(job["code"], "<program>", "exec")
+    job["calls"] = [_compiled(call, "<call>", "eval") for call in job.get("calls", ())]
     under = 0
     if job.get("audit"):
         _collector_phase(*_phase[0])
@@ -262,6 +266,16 @@ def _caller_module(depth=0, getframe=sys._getframe, /):
     if "__name__" in frame.f_globals:
         names["__name__"] = frame.f_globals["__name__"]
     return SimpleNamespace(f_globals=names)
+
+
+def _compiled(text, name, mode):
+    """A job's text -> its code object, as stock Python compiles a script (its compile-time
+    warnings unshown, as the parent's screen leaves them); a code object as it is."""
+    if type(text) is not str:
+        return text
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile(text, name, mode, dont_inherit=True)
 
 
 def _encoded(value, budget, units):

@@ -336,6 +336,12 @@ def run(n):
         collections.namedtuple('P', 'a')
     return max(R)"""
 WORLD += [FINALLY, "run(100 * x)"]
+# Round 27, A11: a code object sent as marshal bytes came back with its frozensets made again in
+# marshal's sorted order: `{8, 16, 0}` iterated as [0, 8, 16] in every child, [8, 16, 0] in stock
+# (50 of 50 right code_i answers wrong). A child compiles the text itself now
+WORLD += ["import math", "[list({8, 16, 0}), [v + x for v in {8, 16, 0}], "
+                         "next(iter({24, 8, 16, 0})), [v for v in frozenset({x, 8, 16, 0})], "
+                         "16 in {8, 16, 0}]"]
 # Round 24, A04-A06/A11: the zygote's stand-ins that refuse a call (a count of this process's class
 # registrations, random numbers) had names and docstrings of their own: 23 of 23 right code_i
 # answers wrong. They read as stock's now (zygote._stand_in)

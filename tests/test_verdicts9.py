@@ -1,9 +1,14 @@
 """Red team round 15: what the sandbox says is not what Python says, and a code_f input is read in
 the world a student knows. Each test failed on the code before the fix (the commit that added them
 says how)."""
+import json
+import subprocess
+import sys
+
 import pytest
 
 import verify
+from conftest import ROOT
 
 # code_i: a teacher program that runs into one of the sandbox's own limits on every path but its
 # teacher's input (9173): a refusal (caught or not), the child's memory, its time. Stock Python
@@ -362,3 +367,48 @@ def test_a_line_break_python_and_a_reader_split_differently_is_invalid():
     [fine] = verify.validate("code_o", [{"program": "def f(x):\r\n    return x * 2\r\n",
                                          "input": "5"}])
     assert fine["valid"] and fine["output"] == "10", fine
+
+
+def test_a_code_i_answer_f_fails_on_as_plain_data_but_not_as_written_is_void():
+    # round 27, A10: `[[0] * 3] * 3` (one row under three names) gives the gold as stock Python
+    # passes it, and f raised on its plain data (three rows): graded wrong, void now
+    results = _graded("def f(g):\n    g[0][0] = 1\n    return [row.index(1) for row in g]",
+                      "[[1, 0, 0], [1, 0], [1]]",
+                      ["[[0] * 3] * 3", "[[0, 0, 0]] * 3", "[[1], [1]]", "[[0], [0]]"])
+    assert [(r["correct"], r["void"]) for r in results] == [
+        (False, True), (False, True), (False, False), (False, False)], results
+
+
+def test_a_right_code_i_answer_past_the_depth_or_int_limits_is_void():
+    # round 27, A07/A08: a right answer 101 levels deep as a text, or one int literal past the
+    # encoding's bits, was graded wrong; void now, as past the budget (round 26, A04)
+    big = 1 << 20000
+    big += (3 - big) % 7
+    results = _graded("def f(x):\n    return x % 7", "3",
+                      ["+".join(["1"] * 101), hex(big), "10", "4"])
+    assert [(r["correct"], r["void"]) for r in results] == [
+        (False, True), (False, True), (True, False), (False, False)], results
+
+
+def test_a_repeated_keyword_is_python_s_syntax_error():
+    # round 27, A05: `x=1, x=3` was read as x=3 (a code_i answer graded correct, an input valid)
+    # where stock Python raises SyntaxError: keyword argument repeated
+    [result] = verify.validate("code_o", [{"program": "def f(x):\n    return x * 2",
+                                           "input": "x=1, x=3"}])
+    assert not result["valid"] and "repeats a keyword" in result["reason"], result
+    results = _graded("def f(x):\n    return x * 2", "x=3", ["x=1, x=3", "x=3"])
+    assert [(r["correct"], r["void"]) for r in results] == [(False, False), (True, False)], results
+
+
+def test_the_parents_optimisation_level_is_not_the_programs(tmp_path):
+    # round 27, A12: code compiled in a parent run with -O had its asserts stripped: the gold of
+    # `assert x > 5` on 1 was 'big' where stock says 'small'. Children compile the text themselves
+    program = ("def f(x):\n    try:\n        assert x > 5\n        return 'big'\n"
+               "    except AssertionError:\n        return 'small'")
+    script = ("import json, sys, verify\n"
+              "print(json.dumps(verify.validate('code_o', [json.loads(sys.argv[1])])[0]))")
+    out = subprocess.run([sys.executable, "-O", "-c", script,
+                          json.dumps({"program": program, "input": "1"})],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["valid"] and result["output"] == "'small'", (result, out.stderr[-2000:])
