@@ -817,12 +817,16 @@ def compiled(text, mode="exec"):
 
 
 def _holds_a_frozenset(code):
-    """Does a code object, or one nested in it, hold a frozenset constant?"""
-    for const in code.co_consts:
+    """Does a code object hold a frozenset constant anywhere (in a tuple, a nested code object)?"""
+    todo = list(code.co_consts)
+    while todo:
+        const = todo.pop()
         if type(const) is frozenset:
             return True
-        if type(const) is types.CodeType and _holds_a_frozenset(const):
-            return True
+        if type(const) is tuple:
+            todo += const
+        elif type(const) is types.CodeType:
+            todo += const.co_consts
     return False
 
 
