@@ -28,13 +28,16 @@ Its rules, on the parse tree of the exact text that will run:
     def's one-argument decorator, never aliased; no functools.update_wrapper or cached_property,
     abc's register, enum functional API; str.format and format_map only on a constant string.
     Other string constants are data ('mro' in a string is a word, not an attribute).
-The text that runs is the text screened: the entry function is renamed to f on the token stream
-(tokenize's own lines), and the result is parsed and screened again; the code_f student's program
+The text that runs is the text screened, and means what it means to python3 running it from a UTF-8
+file: no coding declaration but utf-8's; the entry function is renamed to f on the token stream
+(tokenize's own lines, names compared as Python reads them, in NFKC), and the result is parsed and
+screened again; the code_f student's program
 with the teacher's imports, an input's pack expression, a code_o answer and an imports line are
 each screened as the one text a child compiles.
 """
 import ast
 import builtins
+import codecs
 import contextlib
 import io
 import json
@@ -43,6 +46,7 @@ import string
 import symtable
 import tokenize
 import types
+import unicodedata
 import warnings
 from importlib import import_module
 
@@ -915,6 +919,7 @@ def prepare(program):
         raise Invalid("empty program")
     if len(program) > MAX_PROGRAM:
         raise Invalid(f"program longer than {MAX_PROGRAM} chars")
+    _check_coding(program)
     tree = parse(program)
     entry = _entry(tree)
     if entry.name != "f":
@@ -934,6 +939,29 @@ def prepare(program):
     if imports:
         screened(imports)
     return program, imports, modules
+
+
+# PEP 263's declaration, as python3 looks for it on a file's first two lines
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.ASCII)
+
+
+def _check_coding(program):
+    """Raise Invalid for a coding declaration other than utf-8's: a program is the text of a UTF-8
+    file, which python3 would decode in the declared codec ('é' two latin-1 chars), where a str
+    compiled here ignores it (red team round 29, A01/A05: 36 of 36 right code_i answers graded
+    wrong, a code_o output not stock's)."""
+    for line in re.split("\r\n|\r|\n", program, maxsplit=2)[:2]:
+        found = _CODING.match(line)
+        if not found:
+            continue
+        name = found.group(1)
+        try:
+            utf8 = codecs.lookup(name).name == "utf-8"
+        except LookupError:
+            utf8 = False
+        # python3's own spelling rule: utf-8-anything is utf-8
+        if not (utf8 or name[:12].lower().replace("_", "-").startswith("utf-8-")):
+            raise Invalid(f"a coding declaration other than utf-8 ({name})")
 
 
 def _entry(tree):
@@ -990,9 +1018,10 @@ def _imports_text(import_nodes, top):
 
 def _rename_to_f(program, name):
     """Rename the entry function `name` to f on the token stream, so comments and layout stay:
-    every NAME token `name` that does not follow a dot, at the (row, column) tokenize gives, on
-    the lines tokenize read (split at "\\n" only: str.splitlines also splits at \\x0c, \\x1c,
-    \\u2028, ..., which a comment may hold). Raises Invalid when `f` is used already."""
+    every NAME token that Python reads as `name` (in NFKC: fib with the ligature fi is fib, red
+    team round 29, A02) and that does not follow a dot, at the spans tokenize gives, on the lines
+    tokenize read (split at "\\n" only: str.splitlines also splits at \\x0c, \\x1c, \\u2028, ...,
+    which a comment may hold). Raises Invalid when `f` is used already."""
     lines, spots, previous = io.StringIO(program).readlines(), [], None
     try:
         tokens = quiet(list, tokenize.generate_tokens(io.StringIO(program).readline))
@@ -1000,15 +1029,18 @@ def _rename_to_f(program, name):
         raise Invalid(f"does not tokenize: {type(e).__name__}") from None
     for token in tokens:
         after_dot = previous is not None and previous.string == "."
-        if token.type == tokenize.NAME and token.string in (name, "f") and not after_dot:
-            if token.string == "f":
+        read = token.string
+        if token.type == tokenize.NAME and not read.isascii():
+            read = unicodedata.normalize("NFKC", read)
+        if token.type == tokenize.NAME and read in (name, "f") and not after_dot:
+            if read == "f":
                 raise Invalid("the name f is already used for something else")
-            spots.append(token.start)
+            spots.append((token.start, token.end[1]))
         if token.type not in (tokenize.NL, tokenize.COMMENT):
             previous = token
-    for row, col in reversed(spots):
+    for (row, col), end in reversed(spots):
         line = lines[row - 1]
-        lines[row - 1] = line[:col] + "f" + line[col + len(name):]
+        lines[row - 1] = line[:col] + "f" + line[end:]
     return "".join(lines)
 
 
@@ -1055,6 +1087,7 @@ def answer_value(answer):
     else (None, its screened source, evaluated by a child with the program's imports). Raises
     Invalid."""
     _short_text(answer, "answer")
+    _check_brackets(answer)
     source = f"(\n{answer}\n)"
     try:
         # a literal never runs: read, not screened ('fedmro' or a key 'co_names' is an answer)
@@ -1062,6 +1095,23 @@ def answer_value(answer):
     except ValueError:
         screened(source, "eval")
         return None, source
+
+
+def _check_brackets(text):
+    """Raise Invalid when `text` closes a bracket it did not open: read inside `(\\n...\\n)`,
+    `1), (2` (Python's SyntaxError) was the tuple (1, 2) (red team round 29, A03)."""
+    depth = 0
+    try:
+        for token in quiet(list, tokenize.generate_tokens(io.StringIO(text).readline)):
+            if token.type == tokenize.OP and token.string in ")]}":
+                depth -= 1
+                if depth < 0:
+                    raise Invalid(f"closes a bracket it did not open (line {token.start[0]})")
+            elif token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+    # an unclosed bracket or string at the end: the parse that follows says what is wrong
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        pass
 
 
 def _short_text(text, what):

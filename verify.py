@@ -744,9 +744,13 @@ def _teacher_args(a, n):
     if "args" not in a:
         return None
     args = a["args"]
-    if type(args) is not list or len(args) != n or not all(map(_argument_list, args)):
-        raise Invalid("bad request: args must be one argument-list encoding per input")
-    return args
+    try:
+        if type(args) is list and len(args) == n and all(map(_argument_list, args)):
+            return args
+    # a corrupt record fails alone (red team round 29, A10: its ValueError lost the batch)
+    except ValueError:
+        pass
+    raise Invalid("bad request: args must be one argument-list encoding per input")
 
 
 def _arguments_entry(code, pack_code, texts, known):
@@ -807,6 +811,11 @@ def _attempt(task, a, seen):
         # (inputs of a problem from before: with the imports alone, as in validation)
         entry = _arguments_entry(code, gold_imports, a["inputs"], known)
         check = _arguments_entry(teacher, gold_imports, a["inputs"], known)
+        # and on the inputs as written where plain data may not carry them, as the teacher's was
+        # in validation (red team round 29, A06-A08: one row under three names, a set's order, an
+        # input's decimal context graded right programs wrong and wrong ones correct)
+        entry["natural"] = check["natural"] = _teacher_as_written(a, teacher, gold_imports,
+                                                                  a["inputs"], seen)
         # called on every input, in order, as in validation; the hidden half is compared
         return entry, None, slice(n // 2, n), a["gold"][n // 2:], check
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
@@ -832,21 +841,21 @@ def _attempt(task, a, seen):
         raise Invalid(f"the answer uses the program's own {runs[0]} (an answer may read only "
                       "builtins and the modules the program imports)")
     _check_arguments(entry["args"])
-    check["natural"] = _teacher_as_written(a, program, seen)
+    check["natural"] = _teacher_as_written(a, program, program, [a["input"]], seen)
     return entry, None, slice(0, 1), [a["gold"]], check
 
 
-def _teacher_as_written(a, program, seen):
-    """A code_i problem's input run as written, `f(<input>)`, when plain data may not carry it (see
-    _proposal; as every such answer is run: _as_written) -> [that call] or [], worked out once per
-    problem of a batch (`seen`)."""
-    key = ("as written", a["program"], a["input"])
+def _teacher_as_written(a, program, pack_code, inputs, seen):
+    """A problem's inputs run as written, `f(<input>)` each in order, when plain data may not carry
+    one of them (see _proposal; as a code_i answer or a code_f student's program is run:
+    _as_written) -> those calls, or [], worked out once per problem of a batch (`seen`)."""
+    key = ("as written", a["program"], json.dumps(inputs))
     if key not in seen:
         seen[key] = []
         # an input the screen now refuses: so is that answer, which is then not run as written
         try:
-            if _not_plain(_arguments_entry(program, program, [a["input"]], [None])):
-                seen[key] = [_as_written_call(a["input"])]
+            if _not_plain(_arguments_entry(program, pack_code, inputs, None)):
+                seen[key] = [_as_written_call(x) for x in inputs]
         except Invalid:
             pass
     return seen[key]
@@ -934,7 +943,7 @@ def grade(task, attempts, timeout=5.0):
         written = {}
         if task != "code_o":
             owners, check_runs = _pinned_checks(checks, done, timeout)
-        if task == "code_i":
+        if task != "code_o":
             written = _as_written(attempts, entries, done, timeout)
     void = {}
     for key, runs_of in zip(owners, check_runs):
@@ -963,13 +972,14 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
-        # f gives the gold on the input as written (as stock Python passes it: one list under two
-        # names, `[[]] * 2`) but not on its plain data: not wrong by stock, not provably right
-        # either (round 26, A09)
+    # f gives the gold(s) on the input(s) as written (as stock Python passes them: one list under
+    # two names, `[[]] * 2`; a set in its own order) but not on the plain data: not wrong by
+    # stock, not provably right either (round 26, A09; code_f: round 29, A06/A07)
+    for i, run, compared, gold, key in done:
         if (i in written and not _matches(run, compared, gold)
                 and _matches(written[i], compared, gold)):
             unsure.setdefault(i, "void: f gives the gold on the input as written, not on its "
-                                 "plain data (one object under two names)")
+                                 "plain data (one object under two names, a set's own order)")
     for i, run, compared, gold, key in done:
         if i in unsure:
             results[i].update(void=True, reason=unsure[i])
@@ -998,22 +1008,27 @@ def grade(task, attempts, timeout=5.0):
 
 
 def _as_written(attempts, entries, done, timeout):
-    """code_i answers that are not literals or hold a set (see _proposal), each run as written,
-    `f(<answer>)` in a child of its own, of the zygote where f ran on it as plain data (`done`:
-    grade's runs) -> {attempt number: run}: such an answer is correct only if f on it as Python
-    passes it gives the gold too (`[[0]] * 2` is two names for one list)."""
+    """code_i answers that are not literals or hold a set (see _proposal), and code_f students'
+    programs on such inputs (the entry's "natural" calls), each run as written, `f(<input>)`, in a
+    child of its own, of the zygote where f ran on the plain data (`done`: grade's runs) ->
+    {attempt number: run}: such an attempt is correct only if f as Python passes the input gives
+    the gold too (`[[0]] * 2` is two names for one list)."""
     ran = {i: run for i, run, _, _, _ in done}
     owners, jobs = [], []
     for i, e, _, _, _ in entries:
         # also one f failed on as plain data: as written it may give the gold (round 27, A10:
         # `[[0] * 3] * 3`, one row under three names, where f raised on three rows)
-        if not _not_plain(e) or _sandbox_ended(ran[i]) or _lost(ran[i]):
+        if _sandbox_ended(ran[i]) or _lost(ran[i]):
             continue
-        try:
-            call = _as_written_call(attempts[i]["answer"])
-        except Invalid:
+        calls = e.get("natural")
+        if calls is None and _not_plain(e):
+            try:
+                calls = [_as_written_call(attempts[i]["answer"])]
+            except Invalid:
+                continue
+        if not calls:
             continue
-        jobs.append(_as_written_job(e["code"], [call], timeout, ran[i]["zygote"]))
+        jobs.append(_as_written_job(e["code"], calls, timeout, ran[i]["zygote"]))
         owners.append(i)
     return dict(zip(owners, _slim(_run(jobs))))
 

@@ -178,11 +178,21 @@ def test_code_f_is_graded_on_the_arguments_validation_used():
     """A hidden code_f input written as an expression is not evaluated again at grading: f gets
     the argument values stored with the problem (before: the text was evaluated again, so a
     `hash('k') % 2 + 100` input could differ from the one the gold was made from, A27). Here the
-    stored arguments say 7 where the text says 50 + 50: only grading on them gives the gold 14."""
+    stored arguments say 7 where the text says 50 + 50: only grading on them gives the gold 14.
+    Such an input is also run as written, as stock Python passes it (red team round 29, A06-A08),
+    where the teacher's own program no longer gives that gold: the problem is void, never wrong."""
     inputs = [str(n) for n in range(9)] + ["50 + 50"]
     problem = problem_of("code_f", {"program": "def f(x):\n    return x * 2", "inputs": inputs,
                                     "message": "double it"})
     assert problem["args"][-1] == plain(((100,), {}))
+    problem["args"][-1] = plain(((7,), {}))
+    problem["gold"][-1] = plain(14)
+    results = graded("code_f", problem, ["def f(x):\n    return x * 2"] * 4)
+    assert all(r["void"] and not r["correct"] for r in results), results
+    assert all("own answer" in r["reason"] for r in results), results
+    # the inputs all literals: graded on the stored arguments alone
+    problem = problem_of("code_f", {"program": "def f(x):\n    return x * 2", "message": "double",
+                                    "inputs": [str(n) for n in range(10)]})
     problem["args"][-1] = plain(((7,), {}))
     problem["gold"][-1] = plain(14)
     results = graded("code_f", problem, ["def f(x):\n    return x * 2"] * 4)
