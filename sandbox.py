@@ -406,7 +406,7 @@ def _answers(n, w, jobs, results, queues, now):
     while b"\n" in w["buf"] and w["jobs"]:
         line, w["buf"] = w["buf"].split(b"\n", 1)
         i = w["jobs"].pop(0)
-        values = len(jobs[i].get("calls", ())) + len(jobs[i].get("args", ()))
+        values = sum(len(jobs[i].get(key, ())) for key in ("calls", "args", "packs"))
         results[i], retire = _parse_answer(line, values)
         results[i]["zygote"] = w["id"]
         answered += 1

@@ -923,11 +923,17 @@ def prepare(program):
     tree = parse(program)
     entry = _entry(tree)
     if entry.name != "f":
-        program = _rename_to_f(program, entry.name)
+        name = entry.name
+        program = _rename_to_f(program, name)
+        # the renamed text must read as the program with only the entry's name changed (red team
+        # round 30, A01/A08: a keyword `dict(g=x)`, a method of that name in a class or a name in
+        # an f-string were renamed too, or not: a code_o output not stock's, right programs wrong)
+        expected = ast.dump(_entry_read_as_f(tree, name))
         tree = parse(program)
         entry = _entry(tree)
-        if entry.name != "f":
-            raise Invalid("the entry function could not be renamed to f")
+        if entry.name != "f" or ast.dump(tree) != expected:
+            raise Invalid(f"the entry function could not be renamed to f (its name {name} is "
+                          "also used as something else than that function: name it f)")
     if isinstance(entry, ast.AsyncFunctionDef):
         raise Invalid("the entry function is async")
     import_nodes = []
@@ -962,6 +968,18 @@ def _check_coding(program):
         # python3's own spelling rule: utf-8-anything is utf-8
         if not (utf8 or name[:12].lower().replace("_", "-").startswith("utf-8-")):
             raise Invalid(f"a coding declaration other than utf-8 ({name})")
+
+
+def _entry_read_as_f(tree, name):
+    """The tree (changed in place) with the entry function's name `name` read as f: its def at the
+    top level and every Name node of it."""
+    for node in nodes(tree):
+        if type(node) is ast.Name and node.id == name:
+            node.id = "f"
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            node.name = "f"
+    return tree
 
 
 def _entry(tree):
@@ -1099,19 +1117,22 @@ def answer_value(answer):
 
 def _check_brackets(text):
     """Raise Invalid when `text` closes a bracket it did not open: read inside `(\\n...\\n)`,
-    `1), (2` (Python's SyntaxError) was the tuple (1, 2) (red team round 29, A03)."""
+    `1), (2` (Python's SyntaxError) was the tuple (1, 2) (red team round 29, A03). Token by token,
+    up to any error of the tokenizer's (round 30, A03: past the stray `)`, an unindent raised
+    before a list of them was looked at)."""
     depth = 0
-    try:
-        for token in quiet(list, tokenize.generate_tokens(io.StringIO(text).readline)):
-            if token.type == tokenize.OP and token.string in ")]}":
-                depth -= 1
-                if depth < 0:
-                    raise Invalid(f"closes a bracket it did not open (line {token.start[0]})")
-            elif token.type == tokenize.OP and token.string in "([{":
-                depth += 1
-    # an unclosed bracket or string at the end: the parse that follows says what is wrong
-    except (tokenize.TokenError, SyntaxError, ValueError):
-        pass
+    with silenced():
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(text).readline):
+                if token.type == tokenize.OP and token.string in ")]}":
+                    depth -= 1
+                    if depth < 0:
+                        raise Invalid(f"closes a bracket it did not open (line {token.start[0]})")
+                elif token.type == tokenize.OP and token.string in "([{":
+                    depth += 1
+        # an unclosed bracket or string at the end: the parse that follows says what is wrong
+        except (tokenize.TokenError, SyntaxError, ValueError):
+            pass
 
 
 def _short_text(text, what):

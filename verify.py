@@ -333,11 +333,16 @@ def _not_plain(entry):
 
 
 def _as_written_job(code, calls, timeout, zygote):
-    """The sandbox job that runs `calls` (`f(<input>)` as written) with the program `code`, in a
-    child of its own, of the zygote where the run it is compared with ran (red team round 12a,
-    A08: elsewhere a per-zygote bit of f made an exact right answer wrong)."""
-    return {"code": screen.compiled(code), "calls": calls, "family": None, "timeout": timeout,
-            "audit": True, "zygote": zygote, "units": OUTPUT_UNITS * len(calls)}
+    """The sandbox job that runs `calls` (`f(<input>)` as written; or a code_f problem's
+    {"pack_code", "packs"}: its inputs as written, evaluated with its imports alone, f called on
+    each) with the program `code`, in a child of its own, of the zygote where the run it is
+    compared with ran (red team round 12a, A08: elsewhere a per-zygote bit of f made an exact right
+    answer wrong)."""
+    job = {"code": screen.compiled(code), "family": None, "timeout": timeout, "audit": True,
+           "zygote": zygote}
+    if isinstance(calls, dict):
+        return dict(job, **calls, units=OUTPUT_UNITS * len(calls["packs"]))
+    return dict(job, calls=calls, units=OUTPUT_UNITS * len(calls))
 
 
 def _holds_a_set(encoding):
@@ -814,8 +819,7 @@ def _attempt(task, a, seen):
         # and on the inputs as written where plain data may not carry them, as the teacher's was
         # in validation (red team round 29, A06-A08: one row under three names, a set's order, an
         # input's decimal context graded right programs wrong and wrong ones correct)
-        entry["natural"] = check["natural"] = _teacher_as_written(a, teacher, gold_imports,
-                                                                  a["inputs"], seen)
+        entry["natural"] = check["natural"] = _inputs_as_written(a, gold_imports, seen)
         # called on every input, in order, as in validation; the hidden half is compared
         return entry, None, slice(n // 2, n), a["gold"][n // 2:], check
     _request(a, {"program": str, "input": str, "output": str, "gold": list})
@@ -847,8 +851,8 @@ def _attempt(task, a, seen):
 
 def _teacher_as_written(a, program, pack_code, inputs, seen):
     """A problem's inputs run as written, `f(<input>)` each in order, when plain data may not carry
-    one of them (see _proposal; as a code_i answer or a code_f student's program is run:
-    _as_written) -> those calls, or [], worked out once per problem of a batch (`seen`)."""
+    one of them (see _proposal; as a code_i answer is run: _as_written) -> those calls, or [],
+    worked out once per problem of a batch (`seen`)."""
     key = ("as written", a["program"], json.dumps(inputs))
     if key not in seen:
         seen[key] = []
@@ -856,6 +860,24 @@ def _teacher_as_written(a, program, pack_code, inputs, seen):
         try:
             if _not_plain(_arguments_entry(program, pack_code, inputs, None)):
                 seen[key] = [_as_written_call(x) for x in inputs]
+        except Invalid:
+            pass
+    return seen[key]
+
+
+def _inputs_as_written(a, imports, seen):
+    """A code_f problem's inputs as written, when plain data may not carry one of them: {"pack_code":
+    its imports, "packs": each input as Python passes it}, evaluated in order with the imports
+    alone, before the program (the teacher's, a student's) runs, and f called on each (round 30,
+    A04-A13: evaluated in a student's globals, an input read the student's own `s` or `__doc__`,
+    and the decimal context f had set) -> that, or [] (worked out once per problem: `seen`)."""
+    key = ("as written", a["program"], json.dumps(a["inputs"]))
+    if key not in seen:
+        seen[key] = []
+        try:
+            if _not_plain(_arguments_entry(a["program"], imports, a["inputs"], None)):
+                packs = [screen.compiled(f"{screen.PACK}(\n{x}\n)", "eval") for x in a["inputs"]]
+                seen[key] = {"pack_code": screen.compiled(imports), "packs": packs}
         except Invalid:
             pass
     return seen[key]

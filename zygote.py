@@ -114,7 +114,10 @@ _STOCK_LIMIT = sys.getrecursionlimit()
 def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.setrecursionlimit):
     """The job proper, on code objects the parent compiled -> the JSON text of each value's
     encoding, in order: each expression of job["calls"], then f on each argument list of
-    job["args"]. The job holds no gold: the parent compares. Order: every argument list decoded
+    job["args"], then on each of job["packs"] (expressions that make one, evaluated in order with
+    job["pack_code"] alone, before the program runs: an input as written, one object under two
+    names, a set in its own order). The job holds no gold: the parent compares. Order: every
+    argument list decoded
     (encodings of (args, kwargs), as plain data) before any user code runs; the program
     (job["code"]) in a namespace of its own; the calls evaluated there; f called from here, not
     from an expression in its namespace, so validation and grading call it alike: same globals,
@@ -129,6 +132,9 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # compiled here, before the hook is armed with the code objects (sandbox._pack says why)
     job["code"] = _compiled(job["code"], "<program>", "exec")
     job["calls"] = [_compiled(call, "<call>", "eval") for call in job.get("calls", ())]
+    if "packs" in job:
+        job["pack_code"] = _compiled(job["pack_code"], "<program>", "exec")
+        job["packs"] = [_compiled(pack, "<call>", "eval") for pack in job["packs"]]
     under = 0
     if job.get("audit"):
         _collector_phase(*_phase[0])
@@ -139,6 +145,13 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
         limit(_STOCK_LIMIT + under)
     # a module's own __doc__ (None without a docstring), not the builtins module's (red team round
     # 10, A11)
+    if "packs" in job:
+        # a code_f input as written sees the teacher's imports alone, before any of the program
+        # runs, as its plain data did (red team round 30, A04-A13: in a student's globals its names
+        # were the student's, and its decimal context what f set on the input before)
+        inputs = {"__name__": "__main__", "__doc__": None}
+        exec_(job["pack_code"], inputs)
+        arguments += [eval_(pack, inputs) for pack in job["packs"]]
     ns = {"__name__": "__main__", "__doc__": None}
     exec_(job["code"], ns)
     # one size budget for all the job's values: ten inputs of a code_f problem, each a list just
@@ -177,7 +190,8 @@ _ARM = "populora.arm"
 def _watch(job):
     """Arm layer 3 in a validation or grading child (see _audit_hook; its zygote installed the hook,
     disarmed, and kept only the allowed modules in sys.modules: _models_only)."""
-    sys.audit(_ARM, (job["code"], *job.get("calls", ())))
+    packs = (job["pack_code"], *job["packs"]) if "packs" in job else ()
+    sys.audit(_ARM, (job["code"], *job.get("calls", ()), *packs))
 
 
 def _audit_hook(refused):

@@ -164,3 +164,63 @@ def test_a_corrupt_stored_record_fails_alone(task):
     for bad in results[:2]:
         assert not bad["correct"] and bad["reason"].startswith("bad request"), bad
     assert all(r["correct"] for r in results[2:]), results
+
+
+def test_an_answer_past_a_stray_bracket_and_an_unindent_is_no_answer():
+    # round 30, A03: the tokenizer raised at the unindent after `1)`, and the stray `)` was never
+    # looked at: graded correct, 5 of 8
+    proposal = {"program": "def f(x):\n    return (1, (2, 3, 4))\n", "input": "0"}
+    [result] = verify.validate("code_o", [proposal])
+    [graded] = verify.grade("code_o", [dict(proposal, **result, answer="1), (2,\n    3,\n  4")])
+    assert not graded["correct"] and "bracket" in graded["reason"], graded
+
+
+# Round 30, A04-A13: the inputs as written were evaluated in the student's globals, after its
+# program ran and after f ran on the inputs before: a student's parameter `s` hid the teacher's
+# `import string as s` (8 of 8 right programs wrong), an input read the student's docstring as
+# `__doc__` (the teacher chose by student), and the decimal context f set changed later inputs.
+# Now they are evaluated with the teacher's imports alone, in order, before any program runs.
+AS_WRITTEN_WORLD = {
+    "an import the student's parameter hides": (
+        "import string as s\ndef f(t):\n    return len(t) * 3 + 1\n",
+        ["s.digits[:{k}]"], "def f(s):\n    return len(s) * 3 + 1\n"),
+    "a name the student binds locally": (
+        "import copy\ndef f(a):\n    return sorted(a)\n", ["copy.copy([{k}, 3, 1])"],
+        "def f(a):\n    copy = list(a)\n    copy.sort()\n    return copy\n"),
+    "the student's docstring": (
+        "def f(d, k):\n    return k * 2 if d is None else -1\n", ["__doc__, {k}"],
+        '"""Double k."""\ndef f(d, k):\n    return k * 2 if d is None else -1\n'),
+    "a decimal context f sets": (
+        "import decimal\ndef f(d):\n    return str(d)[:12]\n",
+        ["decimal.Decimal(1) / decimal.Decimal({k} + 3)"],
+        "import decimal\ndef f(d):\n    decimal.setcontext(decimal.Context(prec=6))\n"
+        "    return str(d)[:12]\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(AS_WRITTEN_WORLD))
+def test_a_code_f_input_as_written_sees_the_teachers_imports_alone(kind):
+    teacher, [text], student = AS_WRITTEN_WORLD[kind]
+    problem = _code_f(teacher, [text.format(k=k) for k in range(1, 11)])
+    results = verify.grade("code_f", [dict(problem, answer=student)] * 2)
+    assert all(r["correct"] for r in results), results
+
+
+# Round 30, A01/A08: the rename of the entry to f changed every token of its name, a keyword
+# `dict(g=x)` and a method's name included, and none inside an f-string: a code_o output that is
+# not stock's (['a', 'f', 3] for ['a', 'g', 3]), right code_f programs wrong. A program whose
+# renamed text does not read as the program with only the entry's name changed is invalid.
+@pytest.mark.parametrize("program", [
+    "def g(x):\n    return sorted(dict(g=x, a=1)) + [x]\n",
+    "class S:\n    def g(self, x):\n        return x\ndef g(x):\n    return S().g(x)\n",
+    "def g(x, k=0):\n    if k:\n        return x\n    return int(f\"{g(x, 1)}\")\n",
+])
+def test_an_entry_whose_name_is_used_otherwise_is_not_renamed_wrongly(program):
+    [result] = verify.validate("code_o", [{"program": program, "input": "3"}])
+    assert not result["valid"] and "renamed" in result["reason"], result
+
+
+def test_an_entry_renamed_with_its_calls_and_a_same_named_attribute_stays_valid():
+    program = "import string\ndef g(x):\n    return g(x - 1) + 1 if x else len(string.digits)\n"
+    [result] = verify.validate("code_o", [{"program": program, "input": "3"}])
+    assert result["valid"] and result["output"] == "13", result
