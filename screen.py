@@ -1106,6 +1106,9 @@ def answer_value(answer):
     Invalid."""
     _short_text(answer, "answer")
     _check_brackets(answer)
+    # the answer alone is an expression, as eval reads one: inside `(\n...\n)` alone, `1\n+ 1`,
+    # `x := 2` and `2\` were values (red team round 31, A03)
+    parse(answer.strip(" \t\r\n"), "eval")
     source = f"(\n{answer}\n)"
     try:
         # a literal never runs: read, not screened ('fedmro' or a key 'co_names' is an answer)

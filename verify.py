@@ -332,17 +332,44 @@ def _not_plain(entry):
     return bool(entry["packs"]) or any(_holds_a_set(encoding) for encoding in entry["args"])
 
 
-def _as_written_job(code, calls, timeout, zygote):
-    """The sandbox job that runs `calls` (`f(<input>)` as written; or a code_f problem's
-    {"pack_code", "packs"}: its inputs as written, evaluated with its imports alone, f called on
-    each) with the program `code`, in a child of its own, of the zygote where the run it is
-    compared with ran (red team round 12a, A08: elsewhere a per-zygote bit of f made an exact right
-    answer wrong)."""
-    job = {"code": screen.compiled(code), "family": None, "timeout": timeout, "audit": True,
-           "zygote": zygote}
-    if isinstance(calls, dict):
-        return dict(job, **calls, units=OUTPUT_UNITS * len(calls["packs"]))
-    return dict(job, calls=calls, units=OUTPUT_UNITS * len(calls))
+def _run_as_written(items, timeout):
+    """Inputs as written, each in a child of its own: `items` [(the program, its calls: `f(<input>)`
+    as written, or a code_f problem's {"pack_code", "packs"}: its inputs as written, each evaluated
+    with its imports alone and f called on it; the zygote where the run it is compared with ran
+    (red team round 12a, A08: elsewhere a per-zygote bit of f made an exact right answer wrong))]
+    -> one run per item: its values in order, or the failure that decides (_joined). A child per
+    input, as stock Python runs each input: in one child, what an input left behind (a name
+    rebound by `:=`, a decimal context, an object shared with the next input, the memory it held,
+    the CPU it spent) reached the next inputs and f on them (red team round 31, A01/A04-A08/A12:
+    right programs graded wrong, golds stock never gives)."""
+    jobs, widths = [], []
+    for code, calls, zygote in items:
+        job = {"code": screen.compiled(code), "family": None, "timeout": timeout, "audit": True,
+               "zygote": zygote, "units": OUTPUT_UNITS}
+        if isinstance(calls, dict):
+            parts = [dict(job, pack_code=calls["pack_code"], packs=[pack])
+                     for pack in calls["packs"]]
+        else:
+            parts = [dict(job, calls=[call]) for call in calls]
+        jobs += parts
+        widths.append(len(parts))
+    runs, out = _slim(_run(jobs)), []
+    for width in widths:
+        out.append(_joined(runs[:width]))
+        runs = runs[width:]
+    return out
+
+
+def _joined(runs):
+    """One input's runs (see _run_as_written) -> the run that stands for them all: each value in
+    order when all ran, else the failure that decides: a zygote replaced between runs (_lost), then
+    one the sandbox stopped (_sandbox_ended), then the first."""
+    failed = [run for run in runs if not run["ok"]]
+    for which in (_lost, _sandbox_ended, lambda run: True):
+        for run in failed:
+            if which(run):
+                return run
+    return dict(runs[0], values=[value for run in runs for value in run["values"]])
 
 
 def _holds_a_set(encoding):
@@ -702,8 +729,8 @@ def validate(task, proposals, timeout=5.0):
         runs = _call_f(entries, (0, 1), timeout)
         natural = [(entry, a) for entry, (a, b) in zip(entries, runs)
                    if entry["natural"] and a["ok"] and b["ok"]]
-        as_written = _slim(_run([_as_written_job(e["code"], e["natural"], timeout, a["zygote"])
-                                 for e, a in natural]))
+        as_written = _run_as_written([(e["code"], e["natural"], a["zygote"])
+                                      for e, a in natural], timeout)
         as_written = dict(zip([id(e) for e, _ in natural], as_written))
     for i, entry, (a, b) in zip(owners, entries, runs):
         try:
@@ -994,6 +1021,13 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
+    # code_f: the sandbox stopped a student's program on an input as written, where stock Python
+    # may have gone on (red team round 31, A12: an input held 760 MB through f's call, and a right
+    # program that needs 400 MB was graded wrong)
+    for i, ran in written.items() if task == "code_f" else ():
+        if _sandbox_ended(ran):
+            unsure.setdefault(i, "void: the sandbox stopped the program on an input as written "
+                                 f"({ran['error']})")
     # f gives the gold(s) on the input(s) as written (as stock Python passes them: one list under
     # two names, `[[]] * 2`; a set in its own order) but not on the plain data: not wrong by
     # stock, not provably right either (round 26, A09; code_f: round 29, A06/A07)
@@ -1036,7 +1070,7 @@ def _as_written(attempts, entries, done, timeout):
     {attempt number: run}: such an attempt is correct only if f as Python passes the input gives
     the gold too (`[[0]] * 2` is two names for one list)."""
     ran = {i: run for i, run, _, _, _ in done}
-    owners, jobs = [], []
+    owners, items = [], []
     for i, e, _, _, _ in entries:
         # also one f failed on as plain data: as written it may give the gold (round 27, A10:
         # `[[0] * 3] * 3`, one row under three names, where f raised on three rows)
@@ -1050,9 +1084,9 @@ def _as_written(attempts, entries, done, timeout):
                 continue
         if not calls:
             continue
-        jobs.append(_as_written_job(e["code"], calls, timeout, ran[i]["zygote"]))
+        items.append((e["code"], calls, ran[i]["zygote"]))
         owners.append(i)
-    return dict(zip(owners, _slim(_run(jobs))))
+    return dict(zip(owners, _run_as_written(items, timeout)))
 
 
 def _pinned_checks(checks, done, timeout):
@@ -1078,14 +1112,13 @@ def _pinned_checks(checks, done, timeout):
         runs[n] = runs_of
     # code_i: and as written where plain data may not carry the input, in each zygote it ran in
     # as plain data, as every such answer is run (_as_written)
-    jobs, owners_of = [], []
+    items, owners_of = [], []
     for n, runs_of in enumerate(runs):
         for run in runs_of:
             if work[n].get("natural") and run["ok"]:
-                jobs.append(_as_written_job(work[n]["code"], work[n]["natural"], timeout,
-                                            run["zygote"]))
+                items.append((work[n]["code"], work[n]["natural"], run["zygote"]))
                 owners_of.append(n)
-    for n, run in zip(owners_of, _slim(_run(jobs))):
+    for n, run in zip(owners_of, _run_as_written(items, timeout)):
         runs[n] = runs[n] + [run]
     return owners, runs
 
