@@ -98,14 +98,17 @@ def encode(value, parts, budget, depth=0):
     if tag is None:
         raise ValueError("output is not a plain value (builtin and standard-library types only)")
     if t is str:
-        budget[0] -= len(value) >> 4
         if _SURROGATE.search(value) is None:
+            budget[0] -= len(value) >> 4
             parts.append('["str", %s]' % escape(value))
             return True
-        budget[0] -= len(value) >> 2
+        # its units are its text's, as decode counts them (round 32, A03: counted four times over
+        # there, a right answer within the budget was refused)
+        text = " ".join("%x" % ord(c) for c in value)
+        budget[0] -= len(text) >> 4
         if budget[0] < 0:
             raise ValueError("output too large or too deeply nested (or cyclic)")
-        parts.append('["codepoints", "%s"]' % " ".join("%x" % ord(c) for c in value))
+        parts.append('["codepoints", "%s"]' % text)
         return True
     if t is int:
         if value.bit_length() > MAX_INT_BITS:
@@ -232,9 +235,6 @@ def _build(enc, budget, depth):
             raise ValueError("a str holding a surrogate (only a codepoints entry may)")
         return texts[0]
     if tag == "codepoints" and len(texts) == 1:
-        budget[0] -= len(texts[0]) >> 2
-        if budget[0] < 0:
-            raise ValueError("too large")
         text = "".join(chr(int(h, 16)) for h in texts[0].split(" "))
         if _SURROGATE.search(text) is None:
             raise ValueError("a codepoints entry without a surrogate (a str entry is its form)")

@@ -373,14 +373,17 @@ def _joined(runs):
 
 
 def _holds_a_set(encoding):
-    """Does an encoding hold a set or frozenset anywhere?"""
+    """Does an encoding hold a set or frozenset anywhere (a mapping's keys and values, a deque's
+    items included)? Every list is walked: a tag is only ever a list's first item (red team round
+    32, A07: a key-value pair taken for a tagged node hid `{0: {3, 11}}`'s set)."""
     todo = [encoding]
     while todo:
         node = todo.pop()
-        if type(node) is list and len(node) == 2 and type(node[1]) is list:
-            if node[0] in ("set", "frozenset"):
-                return True
-            todo += node[1]
+        if type(node) is not list:
+            continue
+        if node and node[0] in ("set", "frozenset"):
+            return True
+        todo += node
     return False
 
 
@@ -894,10 +897,10 @@ def _teacher_as_written(a, program, pack_code, inputs, seen):
 
 def _inputs_as_written(a, imports, seen):
     """A code_f problem's inputs as written, when plain data may not carry one of them: {"pack_code":
-    its imports, "packs": each input as Python passes it}, evaluated in order with the imports
-    alone, before the program (the teacher's, a student's) runs, and f called on each (round 30,
-    A04-A13: evaluated in a student's globals, an input read the student's own `s` or `__doc__`,
-    and the decimal context f had set) -> that, or [] (worked out once per problem: `seen`)."""
+    its imports, "packs": each input as Python passes it}, each evaluated in a child of its own
+    (_run_as_written) with the imports alone, after the program's top level (the teacher's, a
+    student's), and f called on it (round 30, A04-A13: evaluated in a student's globals, an input
+    read the student's own `s` or `__doc__`) -> that, or [] (worked out once per problem: `seen`)."""
     key = ("as written", a["program"], json.dumps(a["inputs"]))
     if key not in seen:
         seen[key] = []

@@ -114,9 +114,9 @@ _STOCK_LIMIT = sys.getrecursionlimit()
 def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.setrecursionlimit):
     """The job proper, on code objects the parent compiled -> the JSON text of each value's
     encoding, in order: each expression of job["calls"], then f on each argument list of
-    job["args"], then on each of job["packs"] (expressions that make one, evaluated in order with
-    job["pack_code"] alone, before the program runs: an input as written, one object under two
-    names, a set in its own order). The job holds no gold: the parent compares. Order: every
+    job["args"], then on each of job["packs"] (expressions that make one, evaluated with
+    job["pack_code"] alone, after the program's top level: an input as written, one object under
+    two names, a set in its own order). The job holds no gold: the parent compares. Order: every
     argument list decoded
     (encodings of (args, kwargs), as plain data) before any user code runs; the program
     (job["code"]) in a namespace of its own; the calls evaluated there; f called from here, not
@@ -145,15 +145,16 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
         limit(_STOCK_LIMIT + under)
     # a module's own __doc__ (None without a docstring), not the builtins module's (red team round
     # 10, A11)
+    ns = {"__name__": "__main__", "__doc__": None}
+    exec_(job["code"], ns)
     if "packs" in job:
-        # a code_f input as written sees the teacher's imports alone, before any of the program
-        # runs, as its plain data did (red team round 30, A04-A13: in a student's globals its names
-        # were the student's, and its decimal context what f set on the input before)
+        # a code_f input as written sees the teacher's imports alone, as its plain data did (red
+        # team round 30, A04-A13: in a student's globals its names were the student's), evaluated
+        # after the program's top level ran, as python3 evaluates a call's arguments (round 32,
+        # A04/A13: before it, the program's decimal context overrode the input's)
         inputs = {"__name__": "__main__", "__doc__": None}
         exec_(job["pack_code"], inputs)
         arguments += [eval_(pack, inputs) for pack in job["packs"]]
-    ns = {"__name__": "__main__", "__doc__": None}
-    exec_(job["code"], ns)
     # one size budget for all the job's values: ten inputs of a code_f problem, each a list just
     # under a value's cap, made lines of 6.5 MB the parent parsed whole (red team round 8, S02).
     # The parent says what it can use of them (job["units"], see verify.OUTPUT_UNITS): a 70-char

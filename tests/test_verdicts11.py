@@ -162,3 +162,57 @@ def test_a_code_o_answer_eval_reads_is_read_as_eval_reads_it(answer):
     assert eval(answer) == 2
     [graded] = verify.grade("code_o", [dict(problem, answer=answer)])
     assert graded["correct"], graded
+
+
+# Round 32, A07/A10: a set inside a dict (`{0: {3, 11}}`) was not seen as a set (the walk took a
+# key-value pair for a tagged node), so the input ran on plain data alone, the set rebuilt in its
+# iteration order: python3 iterates {3, 11} as [11, 3], the sandbox showed [3, 11]
+SET_IN_A_DICT = ["{0: {3, 11}}", "{0: [{3, 11}]}", "{0: {1: {3, 11}}}", "{(1, 2): {3, 11}}"]
+
+
+@pytest.mark.parametrize("text", SET_IN_A_DICT)
+def test_a_set_anywhere_in_an_input_is_run_as_written(text):
+    program = "def f(d):\n    while not isinstance(d, set):\n" \
+              "        d = next(iter(d.values())) if isinstance(d, dict) else d[0]\n" \
+              "    return list(d)\n"
+    [result] = verify.validate("code_o", [{"program": program, "input": text}])
+    if result["valid"]:
+        assert result["output"] == _stock(program, f"f({text})"), result
+    else:
+        assert "as Python would pass it" in result["reason"], result
+    assert verify._holds_a_set(__import__("screen").arguments(text)[0])
+
+
+# Round 32, A04/A13: an input as written was evaluated before the student's program's top level ran;
+# python3 runs the program first, then evaluates the call's arguments (an input's decimal context
+# over the one the program set; an input's traps met by the program's top level)
+def test_a_code_f_input_as_written_is_evaluated_after_the_programs_top_level():
+    teacher = "import decimal\ndef f(n):\n    return n * 2\n"
+    inputs = [f"(decimal.setcontext(decimal.Context(prec=3)), {12345 + 7 * i})[1]"
+              for i in range(10)]
+    problem = _code_f(teacher, inputs)
+    wrong = ("import decimal\ndecimal.setcontext(decimal.Context(prec=50))\n"
+             "def f(n):\n    return int(decimal.Decimal(n) * 2)\n")
+    assert _stock(wrong, f"f({inputs[7]})") != problem["outputs"][7]
+    trapped = ("import decimal\ndef f(n):\n    return n * 2\n", [
+        f"(decimal.setcontext(decimal.Context(traps=[decimal.Inexact])), {i + 1})[1]"
+        for i in range(10)])
+    third = "import decimal\nTHIRD = decimal.Decimal(1) / 3\ndef f(n):\n    return n * 2\n"
+    problem2 = _code_f(*trapped)
+    assert _stock(third, f"f({trapped[1][7]})") == problem2["outputs"][7]
+    graded = verify.grade("code_f", [dict(problem, answer=wrong), dict(problem2, answer=third)])
+    assert [(g["correct"], g["void"]) for g in graded] == [(False, False), (True, False)], graded
+
+
+# Round 32, A03: a str holding a surrogate cost the decoder more units than the encoder (its hex
+# text counted four times over): a right code_i answer within the argument budget was void
+def test_a_str_with_a_surrogate_costs_the_same_both_ways():
+    value = "\U0001f600" * 3999 + "\ud800"
+    parts = []
+    encoding.encode(value, parts, [encoding.MAX_UNITS])
+    assert _round_trip(value) == value
+    problem = _validated("code_i", {"program": "def f(s):\n    return len(s) % 7", "input": "'ab'"})
+    answer = "'\\U0001f600' * 39999 + '\\ud800'"
+    [graded] = verify.grade("code_i", [dict(problem, answer=answer)])
+    # f gives 40,000 % 7 == 2, as on 'ab'
+    assert graded["correct"], graded
