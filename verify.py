@@ -900,7 +900,7 @@ def _inputs_as_written(a, imports, seen):
     its imports, "packs": each input as Python passes it}, each evaluated in a child of its own
     (_run_as_written) with the imports alone, after the program's top level (the teacher's, a
     student's), and f called on it (round 30, A04-A13: evaluated in a student's globals, an input
-    read the student's own `s` or `__doc__`) -> that, or [] (worked out once per problem: `seen`)."""
+    read the student's own `s` or `__doc__`) -> that, or [] (once per problem: `seen`)."""
     key = ("as written", a["program"], json.dumps(a["inputs"]))
     if key not in seen:
         seen[key] = []
