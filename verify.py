@@ -943,8 +943,9 @@ def grade(task, attempts, timeout=5.0):
     nor penalised: a problem whose answer depends on the world it runs in decides nothing). A code_i
     attempt is void by itself when the sandbox stopped the teacher's program on its input
     (_sandbox_ended: a refusal, the child's memory or time, a value the encoding cannot carry),
-    when f answers it differently in the two families, or when its value cannot be read here:
-    where stock Python may have answered otherwise."""
+    when f answers it differently in the two families, or when its value cannot be read here; a
+    code_f attempt when the sandbox stopped the student's program: where stock Python may have
+    answered otherwise."""
     _task(task)
     results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
     with screen.silenced():
@@ -1024,9 +1025,13 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
-    # code_f: the sandbox stopped a student's program on an input as written, where stock Python
-    # may have gone on (red team round 31, A12: an input held 760 MB through f's call, and a right
-    # program that needs 400 MB was graded wrong)
+    # code_f: the sandbox stopped a student's program, where stock Python may have gone on to the
+    # golds: on the stored inputs (round 33, J1/J2: a right program slower than the limit, or
+    # needing more than the child's memory, was graded wrong) or on an input as written (round
+    # 31, A12: an input held 760 MB through f's call, and a right program that needs 400 MB)
+    for i, run, _, _, _ in done if task == "code_f" else ():
+        if _sandbox_ended(run):
+            unsure.setdefault(i, f"void: the sandbox stopped the program ({run['error']})")
     for i, ran in written.items() if task == "code_f" else ():
         if _sandbox_ended(ran):
             unsure.setdefault(i, "void: the sandbox stopped the program on an input as written "

@@ -216,3 +216,20 @@ def test_a_str_with_a_surrogate_costs_the_same_both_ways():
     [graded] = verify.grade("code_i", [dict(problem, answer=answer)])
     # f gives 40,000 % 7 == 2, as on 'ab'
     assert graded["correct"], graded
+
+
+# Round 33, J1/J2: a code_f student's program that the sandbox stopped on the stored inputs (its
+# time limit, its child's memory limit) was graded wrong ("error: timeout"), where stock Python may
+# have gone on to the golds; a stop on the inputs as written was already void, as a code_i one is
+@pytest.mark.parametrize("answer", [
+    "def f(x):\n    n = 0\n    for i in range(6_000_000):\n        n += 1\n    return x * 2",
+    "def f(x):\n    b = bytearray(1500 * 1024 * 1024)\n    return x + x + len(b) * 0"])
+def test_a_code_f_program_the_sandbox_stops_is_void_not_wrong(answer):
+    problem = _code_f("def f(x):\n    return x * 2", [str(i) for i in range(10)])
+    wrong = "def f(x):\n    return x * 3"
+    raises = "def f(x):\n    return [][x]"
+    graded = verify.grade("code_f", [dict(problem, answer=a) for a in (answer, wrong, raises)],
+                          timeout=1.0)
+    assert [(g["correct"], g["void"]) for g in graded] == [
+        (False, True), (False, False), (False, False)], graded
+    assert graded[0]["reason"].startswith("void: the sandbox stopped"), graded
