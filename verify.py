@@ -944,8 +944,8 @@ def grade(task, attempts, timeout=5.0):
     attempt is void by itself when the sandbox stopped the teacher's program on its input
     (_sandbox_ended: a refusal, the child's memory or time, a value the encoding cannot carry),
     when f answers it differently in the two families, or when its value cannot be read here; a
-    code_f attempt when the sandbox stopped the student's program: where stock Python may have
-    answered otherwise."""
+    code_o or code_f attempt when the sandbox stopped the student's expression or program: where
+    stock Python may have answered otherwise."""
     _task(task)
     results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
     with screen.silenced():
@@ -1025,13 +1025,15 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
-    # code_f: the sandbox stopped a student's program, where stock Python may have gone on to the
-    # golds: on the stored inputs (round 33, J1/J2: a right program slower than the limit, or
-    # needing more than the child's memory, was graded wrong) or on an input as written (round
-    # 31, A12: an input held 760 MB through f's call, and a right program that needs 400 MB)
-    for i, run, _, _, _ in done if task == "code_f" else ():
+    # code_o and code_f: the sandbox stopped a student's answer, where stock Python may have gone
+    # on to the gold(s): a code_o answer's expression (round 34, F1: `len([0] * 200000000)`, a
+    # namedtuple equal to the gold tuple), a code_f program on the stored inputs (round 33, J1/J2:
+    # a right program slower than the limit, or needing more than the child's memory, was graded
+    # wrong) or on an input as written (round 31, A12: an input held 760 MB through f's call, and
+    # a right program that needs 400 MB)
+    for i, run, _, _, _ in done if task != "code_i" else ():
         if _sandbox_ended(run):
-            unsure.setdefault(i, f"void: the sandbox stopped the program ({run['error']})")
+            unsure.setdefault(i, f"void: the sandbox stopped the answer ({run['error']})")
     for i, ran in written.items() if task == "code_f" else ():
         if _sandbox_ended(ran):
             unsure.setdefault(i, "void: the sandbox stopped the program on an input as written "

@@ -233,3 +233,19 @@ def test_a_code_f_program_the_sandbox_stops_is_void_not_wrong(answer):
     assert [(g["correct"], g["void"]) for g in graded] == [
         (False, True), (False, False), (False, False)], graded
     assert graded[0]["reason"].startswith("void: the sandbox stopped"), graded
+
+
+# Round 34, F1: a code_o answer that is an expression the sandbox stopped (its time limit, its
+# child's memory, a value the encoding cannot carry) was graded wrong, where python3 gives a value
+# equal to the gold; code_i and code_f void such an attempt
+@pytest.mark.parametrize("program, given, answer", [
+    ("def f(x):\n    return x * 100000000", "2", "len([0] * 200000000)"),
+    ("def f(x):\n    return x * (x - 1) // 2", "10000000000", "sum(range(10000000000))"),
+    ("import collections\ndef f(x):\n    return (x, 2)", "1",
+     "collections.namedtuple('P', 'a b')(1, 2)")])
+def test_a_code_o_answer_the_sandbox_stops_is_void_not_wrong(program, given, answer):
+    problem = _validated("code_o", {"program": program, "input": given})
+    graded = verify.grade("code_o", [dict(problem, answer=a) for a in (answer, "1 // 0", "7")],
+                          timeout=1.0)
+    assert [(g["correct"], g["void"]) for g in graded] == [
+        (False, True), (False, False), (False, False)], graded

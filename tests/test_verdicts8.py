@@ -63,9 +63,10 @@ def test_an_answer_reaching_a_huge_value_fails_in_the_child(sent, task):
     attempts = [dict(problem, input=given, answer=a) for a in (huge, right)]
     wrong, correct = verify.grade(task, attempts)
     assert not wrong["correct"] and "output too large" in wrong["reason"], wrong
-    # code_i: the teacher's f made it, which the sandbox cannot carry (a value that large may
-    # still equal a small gold: red team round 17, A01): that attempt alone is void
-    assert wrong["void"] == (task == "code_i"), wrong
+    # a value the sandbox cannot carry may still equal a small gold (a Decimal with 5,000
+    # trailing zeros; red team round 17, A01; code_o's answer too: round 34, F1): that attempt
+    # alone is void
+    assert wrong["void"], wrong
     assert correct["correct"], correct
     assert max(sent) < MAX_SENT, sent
 
