@@ -1010,12 +1010,18 @@ def grade(task, attempts, timeout=5.0):
     # answer voided its peers' right ones); its problem pays its teacher nothing and decides no
     # rated match (train.py), so voiding right answers gains a teacher nothing
     unsure = {}
-    for i, run, _, _, key in done if task == "code_i" else ():
-        # as plain data, or as written (red team round 16, A01: a refusal only there)
-        for ran in (run, written.get(i, run)):
+    # every task: the sandbox stopped a run of the attempt, as plain data or as written, where
+    # stock Python may have gone on to the gold(s): code_i, the teacher's program on the answer
+    # (round 16, A01: a refusal only as written); code_o, the answer's expression (round 34, F1:
+    # `len([0] * 200000000)`, a namedtuple equal to the gold tuple); code_f, a student's program
+    # on the stored inputs (round 33, J1/J2: a right program slower than the limit, or needing
+    # more than the child's memory) or on an input as written (round 31, A12: an input held 760 MB
+    # through f's call, and a right program that needs 400 MB)
+    for i, run, _, _, _ in done:
+        for ran, how in ((run, ""), (written.get(i, run), " as written")):
             if _sandbox_ended(ran):
-                unsure.setdefault(i, "void: the sandbox stopped the program on it "
-                                     f"({ran['error']})")
+                unsure.setdefault(i, f"void: the sandbox stopped its run{how} ({ran['error']})")
+    for i, run, _, _, key in done if task == "code_i" else ():
         if i in elsewhere and not _same_answer(run, elsewhere[i]):
             unsure.setdefault(i, "void: the program answers it differently in two worlds")
         # a value this process cannot read (round 17, A02: keys of one hash, refused by decode)
@@ -1025,19 +1031,6 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
-    # code_o and code_f: the sandbox stopped a student's answer, where stock Python may have gone
-    # on to the gold(s): a code_o answer's expression (round 34, F1: `len([0] * 200000000)`, a
-    # namedtuple equal to the gold tuple), a code_f program on the stored inputs (round 33, J1/J2:
-    # a right program slower than the limit, or needing more than the child's memory, was graded
-    # wrong) or on an input as written (round 31, A12: an input held 760 MB through f's call, and
-    # a right program that needs 400 MB)
-    for i, run, _, _, _ in done if task != "code_i" else ():
-        if _sandbox_ended(run):
-            unsure.setdefault(i, f"void: the sandbox stopped the answer ({run['error']})")
-    for i, ran in written.items() if task == "code_f" else ():
-        if _sandbox_ended(ran):
-            unsure.setdefault(i, "void: the sandbox stopped the program on an input as written "
-                                 f"({ran['error']})")
     # f gives the gold(s) on the input(s) as written (as stock Python passes them: one list under
     # two names, `[[]] * 2`; a set in its own order) but not on the plain data: not wrong by
     # stock, not provably right either (round 26, A09; code_f: round 29, A06/A07)
