@@ -40,6 +40,7 @@ import builtins
 import codecs
 import contextlib
 import io
+import itertools
 import json
 import re
 import string
@@ -845,37 +846,42 @@ def prepare_program(program):
 
 def own_names_read(program, inputs):
     """The names the `inputs` (texts) read that a student cannot know: any but a builtin's or a
-    module's the program imports at its top level, and those too when the program binds them in
-    any other way anywhere (an allowlist: `h(3)` of a helper never shown, red team round 13 A09,
-    and `K` set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). A
-    code_f student sees the inputs, never the program."""
+    name the program imports at its top level, and those too when the program binds them at its
+    top level in any other way (an allowlist: `h(3)` of a helper never shown, red team round 13
+    A09, and `K` set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). An
+    input runs in the program's module, or one of its own: a name the program binds inside a
+    function or a class is not the input's (round 35, A01: a parameter `list` made the answer
+    `list(range(3))` the program's own). A code_f student sees the inputs, never the program."""
     read = set()
     for text in inputs:
         read |= _names_read(text)
     if not read:
         return []
-    tree = parse(program)
-    rebound = set()
-    for node in nodes(tree):
-        if type(node) is ast.Name and type(node.ctx) is not ast.Load:
-            rebound.add(node.id)
-        elif type(node) in BINDERS and type(node) is not ast.alias:
-            rebound.update(_binds(node))
-        elif type(node) in (*_SCOPES[:2], ast.ClassDef):
-            rebound.add(node.name)
-    known = (_BUILTIN_NAMES | _scope_facts(tree.body)[2]) - rebound
+    known = (_BUILTIN_NAMES | _scope_facts(parse(program).body)[2]) - _module_bindings(program)
     return sorted(read - known)
 
 
+def _module_bindings(program):
+    """The names a program binds in its module other than by import: at its top level, or from a
+    function that declares them global (symtable, the compiler's own scopes; a comprehension's
+    walrus binds in the scope around it)."""
+    try:
+        tables = [symtable.symtable(program, "<program>", "exec")]
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise Invalid(f"does not compile: {type(e).__name__}") from None
+    bound = {s.get_name() for s in tables[0].get_symbols() if s.is_assigned()}
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        bound |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_assigned()}
+    return bound
+
+
 def _names_read(text):
-    """The names an input's text reads from the namespace it runs in, f included (a lambda's own
-    parameter f errs towards f)."""
-    read = _global_reads(f"f(\n{text}\n)") - {"f"}
-    call = parse(f"f(\n{text}\n)", "eval").body
-    if any(type(node) is ast.Name and node.id == "f" for part in [*call.args, *call.keywords]
-           for node in ast.walk(part)):
-        read.add("f")
-    return read
+    """The names an input's text reads from the namespace it runs in, f included, not a lambda's
+    parameters nor a comprehension's targets (round 35, A03: `[f for f in range(3)]`)."""
+    call = next(name for n in itertools.count() if (name := f"_call{n}") not in text)
+    return _global_reads(f"{call}(\n{text}\n)") - {call}
 
 
 def _global_reads(text):

@@ -55,6 +55,7 @@ freely) skips the screen and the audit hook.
 """
 import argparse
 import ast
+import builtins
 import json
 import math
 import re
@@ -500,6 +501,8 @@ PAST_LIMITS = ("input too large", "input longer than", "input: output too large"
                f"nested deeper than {screen.MAX_DEPTH} levels")
 # ... and one evaluated to different values in the two families (a set's order, round 26, A05)
 UNSETTLED = ("non-deterministic: the input evaluates differently",)
+# ... and one that reads a builtin's name the program rebinds at its top level (_attempt)
+REBOUND = ("the answer reads a builtin the program rebinds at its top level:",)
 
 
 def _sandbox_ended(run):
@@ -871,6 +874,10 @@ def _attempt(task, a, seen):
     # not a search through the program (red team round 18, A05: `next(x for x in range(10 ** 5)
     # if f(x) == 392)`; round 19, A01: through a class's method, an alias): an allowlist
     runs = entry["packs"] and screen.own_names_read(program, [a["answer"]])
+    # a builtin the program rebinds at its top level (`list = tuple`): stock Python reads the
+    # program's, which an answer may not reach, so void, not wrong (red team round 35, A02)
+    if runs and not set(runs) - set(dir(builtins)):
+        raise Invalid(f"{REBOUND[0]} {runs[0]}")
     if runs:
         raise Invalid(f"the answer uses the program's own {runs[0]} (an answer may read only "
                       "builtins and the modules the program imports)")
@@ -957,7 +964,7 @@ def grade(task, attempts, timeout=5.0):
                 work, values, compared, gold, check = _attempt(task, a, seen)
             except Invalid as e:
                 results[i]["reason"] = str(e)
-                if task == "code_i" and str(e).startswith(PAST_LIMITS):
+                if task == "code_i" and str(e).startswith(PAST_LIMITS + REBOUND):
                     results[i].update(void=True, reason=f"void: {e}")
                 elif not str(e).startswith("bad request"):
                     results[i]["reason"] = f"invalid answer: {e}"
