@@ -39,6 +39,7 @@ import ast
 import builtins
 import codecs
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -541,6 +542,16 @@ def _allowed_attribute(module, attr):
         raise Invalid(f"banned attribute: {module}.{attr}")
 
 
+def _exists(module, attr):
+    """Raise Invalid unless the allowed `module` has `attr` (or it is an allowed submodule): an
+    import in the module's scope is in the imports line, which runs before every code_f student's
+    program and code_o answer, also when the teacher's run never reached it (`if 0:`), where
+    `from math import no_such_name` failed them all (red team round 11, A03: in a helper, which
+    stays out of the line)."""
+    if not hasattr(import_module(module), attr) and f"{module}.{attr}" not in ALLOWED_MODULES:
+        raise Invalid(f"from {module} import {attr}: {module} has no {attr}")
+
+
 def _one_source(sources, name, source):
     """Raise Invalid when `name` was imported before as something else: the screen reads a name
     as one module (or attribute) for the whole program, where Python binds whichever import ran
@@ -664,7 +675,7 @@ def _own_names_only(tree, names):
         table = tables.pop()
         tables += table.get_children()
         kind = table.get_type()
-        for symbol in table.get_symbols():
+        for symbol in _symbols(table):
             if symbol.get_name() not in names or not symbol.is_referenced():
                 continue
             mine = False
@@ -846,35 +857,51 @@ def prepare_program(program):
 
 def own_names_read(program, inputs):
     """The names the `inputs` (texts) read that a student cannot know: any but a builtin's or a
-    name the program imports at its top level, and those too when the program binds them at its
-    top level in any other way (an allowlist: `h(3)` of a helper never shown, red team round 13
-    A09, and `K` set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). An
-    input runs in the program's module, or one of its own: a name the program binds inside a
-    function or a class is not the input's (round 35, A01: a parameter `list` made the answer
-    `list(range(3))` the program's own). A code_f student sees the inputs, never the program."""
+    name the program imports in its module, and those too when the program binds them there in
+    any other way (an allowlist: `h(3)` of a helper never shown, red team round 13 A09, and `K`
+    set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). An input runs
+    in the program's module, or one of its own: a name the program binds inside a function or a
+    class is not the input's (round 35, A01: a parameter `list` made the answer `list(range(3))`
+    the program's own). A code_f student sees the inputs, never the program."""
     read = set()
     for text in inputs:
         read |= _names_read(text)
-    if not read:
-        return []
-    known = (_BUILTIN_NAMES | _scope_facts(parse(program).body)[2]) - _module_bindings(program)
-    return sorted(read - known)
+    return sorted(read - _module_names(program)[0]) if read else []
 
 
-def _module_bindings(program):
-    """The names a program binds in its module other than by import: at its top level, or from a
-    function that declares them global (symtable, the compiler's own scopes; a comprehension's
-    walrus binds in the scope around it)."""
+def rebound_names(program):
+    """The builtins' names and the program's imports that its module also binds otherwise
+    (`list = tuple`, `math: int`): where an input reads one, stock Python reads the program's."""
+    return _module_names(program)[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _module_names(program):
+    """-> (the names an input may read: the builtins' and the program's imports in its module, less
+    those its module binds otherwise; the names of the two it does bind so), once per program (red
+    team round 36, C1: every answer of a batch worked them out again)."""
     try:
         tables = [symtable.symtable(program, "<program>", "exec")]
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Invalid(f"does not compile: {type(e).__name__}") from None
-    bound = {s.get_name() for s in tables[0].get_symbols() if s.is_assigned()}
+    # a function that declares them global binds them there too (a comprehension's walrus binds in
+    # the scope around it)
+    bound = {s.get_name() for s in _symbols(tables[0]) if s.is_assigned()}
     while tables:
         table = tables.pop()
         tables += table.get_children()
-        bound |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_assigned()}
-    return bound
+        bound |= {s.get_name() for s in _symbols(table) if s.is_global() and s.is_assigned()}
+    names = _BUILTIN_NAMES | _scope_facts(parse(program).body)[2]
+    return frozenset(names - bound), frozenset(names & bound)
+
+
+def _symbols(table):
+    """A symtable scope's symbols, made from its own flags: get_symbols() looks through every
+    child scope for each name (for is_namespace, which nothing here asks), so a program of many
+    names and many lambdas cost seconds (red team round 36, C1: 0.65 s a 47 KB proposal)."""
+    module = table.get_type() == "module"
+    return [symtable.Symbol(name, flags, module_scope=module)
+            for name, flags in table._table.symbols.items()]
 
 
 def _names_read(text):
@@ -895,7 +922,7 @@ def _global_reads(text):
         table = tables.pop()
         tables += table.get_children()
         top = table.get_type() == "module"
-        read |= {symbol.get_name() for symbol in table.get_symbols()
+        read |= {symbol.get_name() for symbol in _symbols(table)
                  if symbol.is_referenced() and (top or symbol.is_global())}
     return read
 
@@ -947,7 +974,7 @@ def prepare(program):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             import_nodes.append(node)
     _keep(program, "exec", tree)
-    imports, modules = _imports_text(import_nodes, {id(node) for node in tree.body})
+    imports, modules = _imports_text(import_nodes, {id(node) for node in _own_nodes(tree.body)})
     if imports:
         screened(imports)
     return program, imports, modules
@@ -1006,9 +1033,10 @@ def _entry(tree):
 
 
 def _imports_text(import_nodes, top):
-    """A program's Import/ImportFrom nodes -> (its top-level import statements (ids in `top`: those
-    the teacher's own run executed; `from math import no_such_name` in a helper never called failed
-    every student's program: red team round 11, A03), one a line without repeats, then REPR_NAMES's
+    """A program's Import/ImportFrom nodes -> (the import statements of its module's scope (ids in
+    `top`: the top level and the blocks there, `try:` or `if`, never a function's or a class's:
+    a code_o answer reads `fractions` a top-level `try: import fractions` bound, red team round 36,
+    B2), one a line without repeats, then REPR_NAMES's
     line for each module imported in any form that has one; the top-level modules it imports).
     Raises Invalid for an import that binds a builtin's name, or a name of REPR_NAMES to anything
     but itself: the imports line runs before a code_o answer and a code_f student's program, where
@@ -1018,6 +1046,9 @@ def _imports_text(import_nodes, top):
     for node in import_nodes:
         if id(node) in top:
             lines.append(ast.unparse(node))
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    _exists(node.module, alias.name)
         for alias in node.names:
             name = _binds(alias)[0]
             if name in _BUILTIN_NAMES:

@@ -55,7 +55,6 @@ freely) skips the screen and the audit hook.
 """
 import argparse
 import ast
-import builtins
 import json
 import math
 import re
@@ -501,8 +500,8 @@ PAST_LIMITS = ("input too large", "input longer than", "input: output too large"
                f"nested deeper than {screen.MAX_DEPTH} levels")
 # ... and one evaluated to different values in the two families (a set's order, round 26, A05)
 UNSETTLED = ("non-deterministic: the input evaluates differently",)
-# ... and one that reads a builtin's name the program rebinds at its top level (_attempt)
-REBOUND = ("the answer reads a builtin the program rebinds at its top level:",)
+# ... and one that reads a builtin's name or an import the program's module rebinds (_attempt)
+REBOUND = ("the answer reads a name the program's module rebinds:",)
 
 
 def _sandbox_ended(run):
@@ -874,9 +873,10 @@ def _attempt(task, a, seen):
     # not a search through the program (red team round 18, A05: `next(x for x in range(10 ** 5)
     # if f(x) == 392)`; round 19, A01: through a class's method, an alias): an allowlist
     runs = entry["packs"] and screen.own_names_read(program, [a["answer"]])
-    # a builtin the program rebinds at its top level (`list = tuple`): stock Python reads the
-    # program's, which an answer may not reach, so void, not wrong (red team round 35, A02)
-    if runs and not set(runs) - set(dir(builtins)):
+    # a builtin or an import the program's module rebinds (`list = tuple`, `math: int`): stock
+    # Python reads the program's, which an answer may not reach, so void, not wrong (red team
+    # round 35, A02; round 36, B1)
+    if runs and set(runs) <= screen.rebound_names(program):
         raise Invalid(f"{REBOUND[0]} {runs[0]}")
     if runs:
         raise Invalid(f"the answer uses the program's own {runs[0]} (an answer may read only "

@@ -61,3 +61,65 @@ def test_the_names_a_program_binds_are_its_modules():
                "    len = 5\n    return [sum for sum in min]")
     answer = "K, W, G, A, g, f, math, sorted, max, min, abs, len, sum, list"
     assert screen.own_names_read(program, [answer]) == ["A", "G", "K", "W", "f", "g"]
+
+
+# Round 36, B1: an import the program's module also binds otherwise (an annotation, a branch that
+# never runs, a helper's `global`): stock Python may read the module, the verifier cannot tell, so
+# an answer reading it is void, not wrong; reading f or a helper stays wrong
+@pytest.mark.parametrize("program, answer", [
+    ("import math\nmath: int\ndef f(x):\n    return x * 2", "math.floor(3.5)"),
+    ("import math\nif 0:\n    math = 0\ndef f(x):\n    return x * 2", "math.floor(3.5)"),
+    ("import math\ndef _g():\n    global math\n    math = 0\ndef f(x):\n    return x * 2",
+     "math.floor(3.5)"),
+    ("from fractions import Fraction\nif 0:\n    Fraction = None\ndef f(x):\n    return int(x * 2)",
+     "Fraction(3, 1)"),
+])
+def test_an_import_the_module_rebinds_voids_the_answer(program, answer):
+    rebound, plain, search = _grade(program, "3", [answer, "3", "[3 for f in [f]][0]"])
+    assert rebound["void"] and "rebinds" in rebound["reason"], rebound
+    assert plain["correct"], plain
+    assert not search["correct"] and not search["void"], search
+
+
+# Round 36, B2: an import in a block of the module's scope (`try:`, `if True:`) is in scope for a
+# code_o answer, as in stock Python; a from-import of a name its module lacks is refused anywhere
+@pytest.mark.parametrize("program, given, answer", [
+    ("try:\n    import fractions\nexcept ImportError:\n    pass\ndef f(x):\n"
+     "    return fractions.Fraction(x, 3)", "1", "fractions.Fraction(1, 3)"),
+    ("if True:\n    import math\ndef f(x):\n    return math.floor(x)", "1.5", "math.floor(1.5)"),
+])
+def test_an_import_in_a_block_of_the_module_is_in_the_answers_scope(program, given, answer):
+    [result] = verify.validate("code_o", [{"program": program, "input": given}])
+    assert result["valid"], result
+    problem = dict({"program": program, "input": given},
+                   **{k: v for k, v in result.items() if k not in ("valid", "reason")})
+    right, wrong = verify.grade("code_o", [dict(problem, answer=answer), dict(problem, answer="0")])
+    assert right["correct"] and not wrong["correct"], (right, wrong)
+
+
+@pytest.mark.parametrize("where", ["", "if 0:\n    ", "try:\n    pass\nexcept ValueError:\n    "])
+def test_a_from_import_of_a_name_the_module_lacks_is_refused_in_its_scope(where):
+    program = f"{where}from math import no_such_name\ndef f(x):\n    return x"
+    with pytest.raises(screen.Invalid, match="math has no no_such_name"):
+        screen.prepare_program(program)
+    assert screen.prepare_program("from collections import abc\ndef f(x):\n    return x")
+    # a function's stays out of the imports line (round 11, A03)
+    assert screen.prepare_program("def g():\n    from math import no_such_name\n"
+                                  "def f(x):\n    return x")[1] == ""
+
+
+# Round 36, C1: a program of many names and many scopes: symtable's Symbol objects scanned every
+# child scope per name (quadratic); the scopes are read from their own flags, the same answers
+def test_the_scopes_are_read_alike_from_their_flags():
+    import symtable
+    program = ("import math\nK = 1\ndef g():\n    global G\n    G = lambda: K\n"
+               "class A:\n    x = [y for y in range(3)]\ndef f(x):\n    return [x for x in x]")
+    tables = [symtable.symtable(program, "<p>", "exec")]
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        slow = {s.get_name(): (s.is_assigned(), s.is_global(), s.is_referenced(), s.is_local(),
+                               s.is_free()) for s in table.get_symbols()}
+        fast = {s.get_name(): (s.is_assigned(), s.is_global(), s.is_referenced(), s.is_local(),
+                               s.is_free()) for s in screen._symbols(table)}
+        assert fast == slow, table.get_name()
