@@ -862,11 +862,18 @@ def own_names_read(program, inputs):
     set by a walrus in a comprehension or by `global K` in a helper, round 14 A01). An input runs
     in the program's module, or one of its own: a name the program binds inside a function or a
     class is not the input's (round 35, A01: a parameter `list` made the answer `list(range(3))`
-    the program's own). A code_f student sees the inputs, never the program."""
-    read = set()
+    the program's own). A name an input binds itself (`[(h := 3), h]`) is its own, unless the
+    program's module binds it too (round 37, C1). A code_f student sees the inputs, never the
+    program."""
+    read, own = set(), set()
     for text in inputs:
-        read |= _names_read(text)
-    return sorted(read - _module_names(program)[0]) if read else []
+        reads, binds = _names_read(text)
+        read |= reads
+        own |= binds
+    if not read:
+        return []
+    allowed, _, bound = _module_names(program)
+    return sorted(name for name in read - allowed if name in bound or name not in own)
 
 
 def rebound_names(program):
@@ -878,21 +885,28 @@ def rebound_names(program):
 @functools.lru_cache(maxsize=64)
 def _module_names(program):
     """-> (the names an input may read: the builtins' and the program's imports in its module, less
-    those its module binds otherwise; the names of the two it does bind so), once per program (red
-    team round 36, C1: every answer of a batch worked them out again)."""
+    those its module binds otherwise; the names of the two it does bind so; every name its module
+    binds), once per program (red team round 36, C1: every answer of a batch worked them out
+    again)."""
     try:
         tables = [symtable.symtable(program, "<program>", "exec")]
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Invalid(f"does not compile: {type(e).__name__}") from None
-    # a function that declares them global binds them there too (a comprehension's walrus binds in
-    # the scope around it)
+    # a function or a class body that declares them global binds them there too, an import there
+    # too (round 37, B1: `global json; import json` in a helper, as a rebinding); a comprehension's
+    # walrus binds in the scope around it
     bound = {s.get_name() for s in _symbols(tables[0]) if s.is_assigned()}
+    names = _BUILTIN_NAMES | _scope_facts(parse(program).body)[2]
+    tables = tables[0].get_children()
     while tables:
         table = tables.pop()
         tables += table.get_children()
-        bound |= {s.get_name() for s in _symbols(table) if s.is_global() and s.is_assigned()}
-    names = _BUILTIN_NAMES | _scope_facts(parse(program).body)[2]
-    return frozenset(names - bound), frozenset(names & bound)
+        for symbol in _symbols(table):
+            if symbol.is_global() and (symbol.is_assigned() or symbol.is_imported()):
+                bound.add(symbol.get_name())
+                if symbol.is_imported():
+                    names.add(symbol.get_name())
+    return frozenset(names - bound), frozenset(names & bound), frozenset(bound)
 
 
 def _symbols(table):
@@ -905,26 +919,26 @@ def _symbols(table):
 
 
 def _names_read(text):
-    """The names an input's text reads from the namespace it runs in, f included, not a lambda's
-    parameters nor a comprehension's targets (round 35, A03: `[f for f in range(3)]`)."""
+    """-> (the names an input's text reads from the namespace it runs in, f included, not a
+    lambda's parameters nor a comprehension's targets (round 35, A03: `[f for f in range(3)]`);
+    the names it binds there itself, by a walrus). symtable: the compiler's own scopes."""
     call = next(name for n in itertools.count() if (name := f"_call{n}") not in text)
-    return _global_reads(f"{call}(\n{text}\n)") - {call}
-
-
-def _global_reads(text):
-    """The names an expression reads from the namespace it runs in (not a lambda's parameters nor
-    a comprehension's targets): symtable, the compiler's own scopes."""
     try:
-        tables, read = [symtable.symtable(text, "<input>", "eval")], set()
+        tables = [symtable.symtable(f"{call}(\n{text}\n)", "<input>", "eval")]
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Invalid(f"does not parse: {type(e).__name__}") from None
+    read, binds = set(), set()
     while tables:
         table = tables.pop()
         tables += table.get_children()
         top = table.get_type() == "module"
-        read |= {symbol.get_name() for symbol in _symbols(table)
-                 if symbol.is_referenced() and (top or symbol.is_global())}
-    return read
+        for symbol in _symbols(table):
+            if top or symbol.is_global():
+                if symbol.is_referenced():
+                    read.add(symbol.get_name())
+                if symbol.is_assigned():
+                    binds.add(symbol.get_name())
+    return read - {call}, binds
 
 
 def imports_for(imports, program):

@@ -147,6 +147,8 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # 10, A11)
     ns = {"__name__": "__main__", "__doc__": None}
     exec_(job["code"], ns)
+    if job.get("audit"):
+        _unchanged(sys.modules.get("decimal"))
     if "packs" in job:
         # a code_f input as written sees the teacher's imports alone, as its plain data did (red
         # team round 30, A04-A13: in a student's globals its names were the student's), evaluated
@@ -324,7 +326,8 @@ def _outcome(job):
     # a refusal of the audit hook that the program caught (`except Exception: return "..."`) would
     # make a gold of the sandbox's choosing, not Python's (red team round 10, A12)
     if _refused:
-        values, error = None, f"not allowed in the sandbox: {_refused[0]} (the program caught it)"
+        caught = "" if _refused[0] in error else " (the program caught it)"
+        values, error = None, f"not allowed in the sandbox: {_refused[0]}{caught}"
     try:
         _out.flush()
         stdout = _out.buffer.getvalue().decode("utf-8", "replace")
@@ -654,6 +657,48 @@ def _models_only():
     # stock stdout does (red team round 21, A04: a tell, 48 of 48 right code_i answers wrong)
     codecs.register_error("sandbox.print", _no_surrogate_print)
     _out.reconfigure(errors="sandbox.print")
+    _held.extend(_attribute_dicts(reachable))
+
+
+# the attribute dicts of what the allowed modules hold (their functions, enum members, instances;
+# a class's own functions), with their sizes in the zygote: _unchanged
+_held = []
+
+
+def _attribute_dicts(modules):
+    """[(an object's attribute dict, its size)] for every object with one that a module of `modules`
+    holds, or a class there holds (not a class's or a module's own: the audit hook refuses a write
+    to a class, the screen one to a module)."""
+    found, seen, classes = [], set(), []
+    values = [value for module in modules for value in list(vars(module).values())]
+    while values:
+        value = values.pop()
+        if id(value) in seen or isinstance(value, type(sys)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, type):
+            classes.append(value)
+            values += [x.__func__ if isinstance(x, (staticmethod, classmethod)) else x
+                       for x in list(vars(value).values())]
+            continue
+        try:
+            attributes = object.__getattribute__(value, "__dict__")
+        except (AttributeError, TypeError):
+            continue
+        if type(attributes) is dict:
+            found.append((attributes, len(attributes)))
+    return found
+
+
+def _unchanged(decimal):
+    """Refuse a program whose top level gave an allowed module's object an attribute (`I =
+    re.IGNORECASE; I.fn = f`) or set a decimal context of its own class (one holding f): a code_i
+    answer, which runs after it and may read only builtins and modules, reached f through them
+    (red team round 37, A1: a search for the input, graded correct)."""
+    if any(len(attributes) != size for attributes, size in _held):
+        _refuse("an attribute set on an object a module holds")
+    if decimal is not None and type(decimal.getcontext()) is not decimal.Context:
+        _refuse("a decimal context of the program's own class")
 
 
 def _stand_in(original, refusal):

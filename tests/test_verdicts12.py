@@ -123,3 +123,65 @@ def test_the_scopes_are_read_alike_from_their_flags():
         fast = {s.get_name(): (s.is_assigned(), s.is_global(), s.is_referenced(), s.is_local(),
                                s.is_free()) for s in screen._symbols(table)}
         assert fast == slow, table.get_name()
+
+
+# Round 37, B1: a module a helper or a class body binds by `global json; import json`: stock
+# Python reads it if that helper ran, so an answer reading it is void, not wrong
+@pytest.mark.parametrize("binding", ["def g():\n    global json\n    import json\ng()",
+                                     "class K:\n    global json\n    import json"])
+def test_a_module_imported_through_a_global_voids_the_answer(binding):
+    program = binding + "\ndef f(x):\n    return json.dumps(x)"
+    rebound, plain = _grade(program, "[1, 2]", ["json.loads('[1, 2]')", "[1, 2]"])
+    assert rebound["void"] and "rebinds" in rebound["reason"], rebound
+    assert plain["correct"], plain
+
+
+# Round 37, C1: a name the answer binds itself by a walrus is its own (it runs as written, as in
+# stock Python); one the program's module binds stays the program's
+def test_a_name_the_answer_binds_itself_is_its_own():
+    program = "def g(x):\n    return x\ndef f(x):\n    return x * 2"
+    results = _grade(program, "3", ["[(h := 3), h][1]", "[h for _ in [0] if (h := 3)][0]",
+                                    "[(h := 4), h][1]", "[h, (h := 3)][1]", "[(g := 3), g][1]"])
+    assert [r["correct"] for r in results] == [True, True, False, False, False], results
+    assert "the program's own g" in results[-1]["reason"], results
+
+
+# Round 37, A1: a code_i answer (it runs after the program's top level and may read only builtins
+# and modules) reached f through what a module holds: an attribute the program gave a module's
+# object, a decimal context of the program's own class. Such a program is refused as it runs, in
+# validation as in grading; a top level that only uses the modules is not
+SEARCH = "next(x for x in range(10007) if {} == 8906)"
+BASE = "def f(x):\n    return (x * 7919) % 10007\n"
+
+
+@pytest.mark.parametrize("program, route", [
+    ("import re\n" + BASE + "I = re.IGNORECASE\nI.fn = f\n", "re.IGNORECASE.fn(x)"),
+    ("import json\n" + BASE + "d = json.dumps\nd.fn = f\n", "json.dumps.fn(x)"),
+    ("import json\n" + BASE + "e = json.JSONEncoder.default\ne.fn = f\n",
+     "json.JSONEncoder.default.fn(x)"),
+    ("import decimal\nclass C(decimal.Context):\n    pass\n" + BASE
+     + "c = C()\nc.fn = f\ndecimal.setcontext(c)\n", "decimal.getcontext().fn(x)"),
+])
+def test_a_program_may_not_leave_f_where_a_module_holds_it(program, route):
+    [result] = verify.validate("code_i", [{"program": program, "input": "4242"}])
+    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
+    assert "caught" not in result["reason"], result
+    # a problem of the plain program, validated before, now holding this one (as a batch made
+    # before the fix would): its own answer fails its self-check, so every attempt is void
+    [plain] = verify.validate("code_i", [{"program": BASE, "input": "4242"}])
+    problem = dict({k: v for k, v in plain.items() if k not in ("valid", "reason")},
+                   program=program, input="4242")
+    search, right = verify.grade("code_i", [dict(problem, answer=SEARCH.format(route)),
+                                            dict(problem, answer="4242")])
+    assert not search["correct"] and search["void"], search
+    assert right["void"], right
+
+
+def test_a_top_level_that_uses_the_modules_is_not_refused():
+    program = ("import re, typing, json, statistics, collections, functools, decimal, enum\n"
+               + BASE + "c = decimal.getcontext()\nc.prec = 5\nflags = re.IGNORECASE | re.MULTILINE\n"
+               "seen = (re.I.name, re.I.value, typing.List[int], typing.Optional[str], "
+               "json.dumps([1]), statistics.mean([1, 2]), collections.Counter('ab').most_common(1),"
+               " functools.reduce(max, [1, 2]))\n")
+    right, search = _grade(program, "4242", ["4242", "[4242][0]"])
+    assert right["correct"] and search["correct"], (right, search)
