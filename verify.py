@@ -268,7 +268,7 @@ def _proposal(task, p):
     # decimal context it set, a class it patched, its docstring read as __doc__, A02/A09/A04)
     pack_code = imports if task == "code_f" else program
     entry = {"code": program, "pack_code": pack_code, "args": [], "packs": [], "modules": modules,
-             "input": inputs[0].strip(), "natural": []}
+             "input": inputs[0].strip(), "natural": [], "sealed": task == "code_i"}
     for k, x in enumerate(inputs):
         encoding, pack = screen.arguments(x)
         entry["args"].append(encoding)
@@ -418,7 +418,8 @@ def _call_f(entries, families, timeout):
     program f comes from, "args": an encoding of (args, kwargs) per call, None where the input is
     not a literal, "packs": [(k, text)] for those, "pack_code": the program they are evaluated
     with, "families" (optional): its own in place of `families`, "zygote" (optional, 0 = none):
-    the zygote its runs are pinned to}. Step 1 (only for inputs that are
+    the zygote its runs are pinned to, "sealed" (optional): the packs may run none of the
+    program's code (zygote._sealing)}. Step 1 (only for inputs that are
     not literals): the pack texts evaluated in a child per family, which must agree -> the missing
     encodings. Step 2: f called on every argument list, in a fresh child per family. -> per entry,
     one run per family (a failed step 1 fails them all)."""
@@ -433,6 +434,7 @@ def _call_f(entries, families, timeout):
             # Fractions under that is refused too)
             first.append({"code": screen.compiled(e["pack_code"]), "calls": calls,
                           "family": family, "timeout": timeout, "audit": True,
+                          "sealed": e.get("sealed", False),
                           "zygote": e.get("zygote", 0), "units": MAX_ARG_UNITS})
         owners.append(n)
     failed, where = {}, {}
@@ -859,6 +861,9 @@ def _attempt(task, a, seen):
     if known is None:
         known = [None]
     check = _arguments_entry(program, program, [a["input"]], known)
+    # a code_i input (the teacher's, an answer) runs none of the program's code (zygote._sealing);
+    # a code_o input may call f (`f(3) + f(33)`: 2 of AZR's seeds)
+    check["sealed"] = task == "code_i"
     # code_o: the answer, with the program's imports in scope but not f
     if task == "code_o":
         encoding, source = screen.answer_value(a["answer"])
@@ -869,7 +874,7 @@ def _attempt(task, a, seen):
         return job, None, slice(0, 1), [a["gold"]], check
     # code_i: the answer's arguments, then f on them as plain data, as validation ran it (the first
     # and only call of f in its child); the check runs the teacher's input as any answer is run
-    entry = _arguments_entry(program, program, [a["answer"]], [None])
+    entry = dict(_arguments_entry(program, program, [a["answer"]], [None]), sealed=True)
     # not a search through the program (red team round 18, A05: `next(x for x in range(10 ** 5)
     # if f(x) == 392)`; round 19, A01: through a class's method, an alias): an allowlist
     runs = entry["packs"] and screen.own_names_read(program, [a["answer"]])

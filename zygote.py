@@ -111,7 +111,8 @@ class _Capped(io.BytesIO):
 _STOCK_LIMIT = sys.getrecursionlimit()
 
 
-def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.setrecursionlimit):
+def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.setrecursionlimit,
+              setprofile=sys.setprofile):
     """The job proper, on code objects the parent compiled -> the JSON text of each value's
     encoding, in order: each expression of job["calls"], then f on each argument list of
     job["args"], then on each of job["packs"] (expressions that make one, evaluated with
@@ -136,6 +137,9 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
         job["pack_code"] = _compiled(job["pack_code"], "<program>", "exec")
         job["packs"] = [_compiled(pack, "<call>", "eval") for pack in job["packs"]]
     under = 0
+    if job.get("sealed"):
+        # before the hook is armed (setting a profiler is an event it refuses)
+        setprofile(_sealing)
     if job.get("audit"):
         _collector_phase(*_phase[0])
         frame = getframe(0)
@@ -147,8 +151,6 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # 10, A11)
     ns = {"__name__": "__main__", "__doc__": None}
     exec_(job["code"], ns)
-    if job.get("audit"):
-        _unchanged(sys.modules.get("decimal"))
     if "packs" in job:
         # a code_f input as written sees the teacher's imports alone, as its plain data did (red
         # team round 30, A04-A13: in a student's globals its names were the student's), evaluated
@@ -164,8 +166,16 @@ def _evaluate(job, exec_=exec, eval_=eval, getframe=sys._getframe, limit=sys.set
     # a line, ~0.25 s of the parent's CPU each (red team round 13b, A08/A09)
     units = min(job.get("units", MAX_UNITS), MAX_UNITS)
     values, budget = [], [units]
+    # a sealed job's expressions (code_i answers, inputs that are not literals) run in a copy of
+    # the program's globals, and no code of the program may run from them: f, a helper, a method,
+    # a generator, an __eq__, by whatever route (what a module holds: red team round 37, A1, f set
+    # as an attribute of re.IGNORECASE; round 38, a class's dict): a search for the input
+    here = ns
+    if job.get("sealed"):
+        here = dict(ns)
+        _sealed.append(ns)
     for call in job.get("calls", ()):
-        values.append(_encoded(eval_(call, ns), budget, units))
+        values.append(_encoded(eval_(call, here), budget, units))
     if arguments:
         f = ns["f"]
         if under:
@@ -326,7 +336,7 @@ def _outcome(job):
     # a refusal of the audit hook that the program caught (`except Exception: return "..."`) would
     # make a gold of the sandbox's choosing, not Python's (red team round 10, A12)
     if _refused:
-        caught = "" if _refused[0] in error else " (the program caught it)"
+        caught = "" if "not allowed in the sandbox" in error else " (the program caught it)"
         values, error = None, f"not allowed in the sandbox: {_refused[0]}{caught}"
     try:
         _out.flush()
@@ -657,48 +667,6 @@ def _models_only():
     # stock stdout does (red team round 21, A04: a tell, 48 of 48 right code_i answers wrong)
     codecs.register_error("sandbox.print", _no_surrogate_print)
     _out.reconfigure(errors="sandbox.print")
-    _held.extend(_attribute_dicts(reachable))
-
-
-# the attribute dicts of what the allowed modules hold (their functions, enum members, instances;
-# a class's own functions), with their sizes in the zygote: _unchanged
-_held = []
-
-
-def _attribute_dicts(modules):
-    """[(an object's attribute dict, its size)] for every object with one that a module of `modules`
-    holds, or a class there holds (not a class's or a module's own: the audit hook refuses a write
-    to a class, the screen one to a module)."""
-    found, seen, classes = [], set(), []
-    values = [value for module in modules for value in list(vars(module).values())]
-    while values:
-        value = values.pop()
-        if id(value) in seen or isinstance(value, type(sys)):
-            continue
-        seen.add(id(value))
-        if isinstance(value, type):
-            classes.append(value)
-            values += [x.__func__ if isinstance(x, (staticmethod, classmethod)) else x
-                       for x in list(vars(value).values())]
-            continue
-        try:
-            attributes = object.__getattribute__(value, "__dict__")
-        except (AttributeError, TypeError):
-            continue
-        if type(attributes) is dict:
-            found.append((attributes, len(attributes)))
-    return found
-
-
-def _unchanged(decimal):
-    """Refuse a program whose top level gave an allowed module's object an attribute (`I =
-    re.IGNORECASE; I.fn = f`) or set a decimal context of its own class (one holding f): a code_i
-    answer, which runs after it and may read only builtins and modules, reached f through them
-    (red team round 37, A1: a search for the input, graded correct)."""
-    if any(len(attributes) != size for attributes, size in _held):
-        _refuse("an attribute set on an object a module holds")
-    if decimal is not None and type(decimal.getcontext()) is not decimal.Context:
-        _refuse("a decimal context of the program's own class")
 
 
 def _stand_in(original, refusal):
@@ -724,6 +692,17 @@ def _everywhere(original, refusal, modules):
         for name, value in list(getattr(module, "__dict__", {}).items()):
             if value is original:
                 setattr(module, name, stand_in)
+
+
+# the globals of a program whose code may no longer run in this child (_evaluate)
+_sealed = []
+
+
+def _sealing(frame, event, arg):
+    """The profiler of a sealed job: refuse a call into the program's code (a frame whose globals
+    are the program's) once _sealed holds them."""
+    if event == "call" and _sealed and frame.f_globals is _sealed[0]:
+        _refuse("the program's own code, run from an answer")
 
 
 def _refuse(what):

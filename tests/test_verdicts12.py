@@ -148,8 +148,10 @@ def test_a_name_the_answer_binds_itself_is_its_own():
 
 # Round 37, A1: a code_i answer (it runs after the program's top level and may read only builtins
 # and modules) reached f through what a module holds: an attribute the program gave a module's
-# object, a decimal context of the program's own class. Such a program is refused as it runs, in
-# validation as in grading; a top level that only uses the modules is not
+# object, a decimal context of the program's own class, a class's dict (round 38: one a class
+# holds, an attribute replaced in place). An answer's expression is
+# sealed: no code of the program runs from it, by any route (void: the teacher exposed f itself);
+# the literal answer of the same problem stays right
 SEARCH = "next(x for x in range(10007) if {} == 8906)"
 BASE = "def f(x):\n    return (x * 7919) % 10007\n"
 
@@ -161,20 +163,27 @@ BASE = "def f(x):\n    return (x * 7919) % 10007\n"
      "json.JSONEncoder.default.fn(x)"),
     ("import decimal\nclass C(decimal.Context):\n    pass\n" + BASE
      + "c = C()\nc.fn = f\ndecimal.setcontext(c)\n", "decimal.getcontext().fn(x)"),
+    ("import textwrap\n" + BASE + "T = textwrap.TextWrapper\nd = T.unicode_whitespace_trans\n"
+     "d[9] = f\n", "textwrap.TextWrapper.unicode_whitespace_trans[9](x)"),
+    ("import re\n" + BASE + "m = re.RegexFlag\nm._value2member_map_['k'] = f\n",
+     "re.RegexFlag._value2member_map_['k'](x)"),
+    ("import re\n" + BASE + "def g():\n    yield 4242\nm = re.RegexFlag\n"
+     "m._value2member_map_['k'] = g()\n", "next(re.RegexFlag._value2member_map_['k']) + 0 * x"),
+    ("import re\n" + BASE + "class K:\n    def __eq__(self, o):\n        return True\n"
+     "m = re.RegexFlag\nm._value2member_map_['k'] = K()\n",
+     "[re.RegexFlag._value2member_map_['k'] == 1, x][1]"),
+    # round 38, A1/A2: a dict a class holds, an attribute that existed replaced (same size)
+    ("import statistics\n" + BASE + "L = statistics.LinearRegression\n"
+     "L._field_defaults.update(q=f)\n", "statistics.LinearRegression._field_defaults['q'](x)"),
+    ("import re\n" + BASE + "I = re.IGNORECASE\nI._sort_order_ = f\n",
+     "re.IGNORECASE._sort_order_(x)"),
 ])
-def test_a_program_may_not_leave_f_where_a_module_holds_it(program, route):
-    [result] = verify.validate("code_i", [{"program": program, "input": "4242"}])
-    assert not result["valid"] and "not allowed in the sandbox" in result["reason"], result
-    assert "caught" not in result["reason"], result
-    # a problem of the plain program, validated before, now holding this one (as a batch made
-    # before the fix would): its own answer fails its self-check, so every attempt is void
-    [plain] = verify.validate("code_i", [{"program": BASE, "input": "4242"}])
-    problem = dict({k: v for k, v in plain.items() if k not in ("valid", "reason")},
-                   program=program, input="4242")
-    search, right = verify.grade("code_i", [dict(problem, answer=SEARCH.format(route)),
-                                            dict(problem, answer="4242")])
+def test_no_code_of_the_program_runs_from_an_answer(program, route):
+    search, right = _grade(program, "4242", [SEARCH.format(route), "4242"])
     assert not search["correct"] and search["void"], search
-    assert right["void"], right
+    assert "the program's own code" in search["reason"], search
+    assert "caught" not in search["reason"], search
+    assert right["correct"], right
 
 
 def test_a_top_level_that_uses_the_modules_is_not_refused():
