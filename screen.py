@@ -942,14 +942,16 @@ def _names_read(text):
 
 
 def imports_for(imports, program):
-    """A teacher's imports line less every import of a name `program` (a code_f student's)
-    binds anywhere, itself included: the line runs before the student's program, and a name the
+    """A teacher's imports line less every import of a name `program` (a code_f student's) binds
+    in its module, or imports anywhere: the line runs before the student's program, and a name the
     teacher imports as a module but never uses (`import math as g, math as memo`) made the
     student's own helper g or table memo "a module used as a value" (red team round 13, A05).
-    Where the student reads such a name without binding it, the teacher's import stays."""
+    Where the student reads such a name without binding it there, the teacher's import stays (red
+    team round 40, R1: a student's parameter `string` in a helper dropped the teacher's `import
+    string` that its f read, a right program graded wrong)."""
     if not imports:
         return imports
-    mine = _bindings(nodes(parse(program)))[1]
+    mine = _module_names(program)[2] | _bindings(nodes(parse(program)))[0]
     lines = []
     for node in parse(imports).body:
         node.names = [alias for alias in node.names if _binds(alias)[0] not in mine]
@@ -958,13 +960,15 @@ def imports_for(imports, program):
     return "\n".join(lines)
 
 
-def prepare(program):
+def prepare(program, room=0):
     """prepare_program -> (program, imports, the top-level modules it imports). The program
     returned is the one screened: renamed first, then parsed and screened as it will run; its
-    imports line is screened too (a code_o answer runs with it)."""
+    imports line is screened too (a code_o answer runs with it). room: chars the verifier put
+    before it (a code_f student's program after the teacher's imports and its own docstring: red
+    team round 40, R2, a right program of 17,079 chars was "longer than 50000")."""
     if not isinstance(program, str) or not program.strip():
         raise Invalid("empty program")
-    if len(program) > MAX_PROGRAM:
+    if len(program) > MAX_PROGRAM + room:
         raise Invalid(f"program longer than {MAX_PROGRAM} chars")
     _check_coding(program)
     tree = parse(program)

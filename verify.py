@@ -845,7 +845,7 @@ def _attempt(task, a, seen):
         doc = ast.get_docstring(ast.parse(student), clean=False)
         if imports and doc is not None:
             imports = repr(doc) + "\n" + imports
-        code = screen.prepare(imports + "\n" + student)[0]
+        code = screen.prepare(imports + "\n" + student, len(imports) + 1)[0]
         # on the argument values validation called f on, never an input's text evaluated again
         # (inputs of a problem from before: with the imports alone, as in validation)
         entry = _arguments_entry(code, gold_imports, a["inputs"], known)

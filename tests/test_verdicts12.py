@@ -194,3 +194,46 @@ def test_a_top_level_that_uses_the_modules_is_not_refused():
                " functools.reduce(max, [1, 2]))\n")
     right, search = _grade(program, "4242", ["4242", "[4242][0]"])
     assert right["correct"] and search["correct"], (right, search)
+
+
+# Round 40, R1: a code_f student who binds the name of a teacher's import only inside a function
+# (a parameter, a local, a comprehension target) still has the teacher's import at its module's
+# top, as stock Python has with the teacher's imports before its program
+def _code_f_problem(teacher, inputs):
+    [result] = verify.validate("code_f", [{"program": teacher, "inputs": inputs, "message": "m"}])
+    assert result["valid"], result
+    return dict({"program": teacher, "inputs": inputs, "message": "m"},
+                **{k: v for k, v in result.items() if k not in ("valid", "reason")})
+
+
+def test_a_students_inner_binding_keeps_the_teachers_import():
+    teacher = ("import string\ndef f(s):\n    return ''.join(c for c in s if c in "
+               "string.ascii_lowercase)")
+    problem = _code_f_problem(teacher, [repr(w) for w in ["aB1c", "XYZ", "hello World", "q", "",
+                                                          "Ab", "zz9", "a b", "M", "ok!"]])
+    uses = "''.join(c for c in s if c in string.ascii_lowercase)"
+    answers = [
+        "def keep(string, ch):\n    return ch in string\n\ndef f(s):\n"
+        "    return ''.join(c for c in s if keep(string.ascii_lowercase, c))",
+        f"def g():\n    string = 3\n    return string\n\ndef f(s):\n    return {uses}",
+        f"def f(s):\n    [string for string in range(1)]\n    return {uses}",
+        # the student's own module binding is its own: the teacher's import goes
+        "string = 'abcdefghijklmnopqrstuvwxyz'\n\ndef f(s):\n"
+        "    return ''.join(c for c in s if c in string)",
+        f"def f(s):\n    return {uses}.upper()"]
+    graded = verify.grade("code_f", [dict(problem, answer=a) for a in answers])
+    assert [g["correct"] for g in graded] == [True, True, True, True, False], graded
+
+
+# Round 40, R2: the limit on a program's length is the student's text's, not that of the text the
+# verifier makes of it (the teacher's imports, its docstring again)
+def test_a_code_f_program_within_the_limit_is_not_refused_for_what_the_verifier_adds():
+    teacher = "import math\ndef f(x):\n    return math.floor(x / 2) + math.isqrt(x)"
+    problem = _code_f_problem(teacher, [str(n) for n in range(1, 11)])
+    body = "import math\ndef f(x):\n    return math.floor(x / 2) + math.isqrt(x)\n"
+    tabs = '"""' + "\t" * 17000 + '"""\n' + body
+    padded = body + "#" * (screen.MAX_PROGRAM - len(body))
+    assert len(padded) == screen.MAX_PROGRAM
+    graded = verify.grade("code_f", [dict(problem, answer=a) for a in (tabs, padded, padded + "#")])
+    assert [g["correct"] for g in graded] == [True, True, False], graded
+    assert "longer than" in graded[2]["reason"], graded

@@ -230,9 +230,9 @@ def test_a_problems_attempts_share_its_decoded_arguments(monkeypatch):
     calls = [0]
     prepare = screen.prepare
 
-    def counting(program):
+    def counting(program, *room):
         calls[0] += program == problem["program"]
-        return prepare(program)
+        return prepare(program, *room)
 
     monkeypatch.setattr(screen, "prepare", counting)
     answer = "def f(xs):\n    return 2 * len(xs)"
