@@ -942,22 +942,25 @@ def _names_read(text):
 
 
 def imports_for(imports, program):
-    """A teacher's imports line less every import of a name `program` (a code_f student's) binds
-    in its module, or imports anywhere: the line runs before the student's program, and a name the
-    teacher imports as a module but never uses (`import math as g, math as memo`) made the
-    student's own helper g or table memo "a module used as a value" (red team round 13, A05).
-    Where the student reads such a name without binding it there, the teacher's import stays (red
-    team round 40, R1: a student's parameter `string` in a helper dropped the teacher's `import
-    string` that its f read, a right program graded wrong)."""
+    """-> (a teacher's imports line less every import of a name `program` (a code_f student's)
+    binds anywhere, the names left out): the line runs before the student's program, and a name
+    the teacher imports as a module but never uses (`import math as g, math as memo`) made the
+    student's own helper g or table memo "a module used as a value" (red team round 13, A05), a
+    local `count[c] = 1` under a teacher's unused `from itertools import count` "modifies an
+    imported module" (round 41, B1: a teacher lever, kept by round 40's import for a name the
+    student binds only inside a function). Where the student reads such a name without binding
+    it, the teacher's import stays; where it reads one left out, verify.grade voids the attempt
+    (round 40, R1; round 41, B3)."""
     if not imports:
-        return imports
-    mine = _module_names(program)[2] | _bindings(nodes(parse(program)))[0]
-    lines = []
+        return imports, set()
+    mine = _bindings(nodes(parse(program)))[1]
+    lines, left = [], set()
     for node in parse(imports).body:
+        left.update(_binds(alias)[0] for alias in node.names if _binds(alias)[0] in mine)
         node.names = [alias for alias in node.names if _binds(alias)[0] not in mine]
         if node.names:
             lines.append(ast.unparse(node))
-    return "\n".join(lines)
+    return "\n".join(lines), left
 
 
 def prepare(program, room=0):

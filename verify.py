@@ -841,14 +841,14 @@ def _attempt(task, a, seen):
         # the teacher program's imports prepended (as AZR), but for the names the student binds,
         # screened as the one text that runs; the student's docstring, if any, first again, so its
         # __doc__ is its own (red team round 15, A06)
-        imports = screen.imports_for(gold_imports, student)
+        imports, left = screen.imports_for(gold_imports, student)
         doc = ast.get_docstring(ast.parse(student), clean=False)
         if imports and doc is not None:
             imports = repr(doc) + "\n" + imports
         code = screen.prepare(imports + "\n" + student, len(imports) + 1)[0]
         # on the argument values validation called f on, never an input's text evaluated again
         # (inputs of a problem from before: with the imports alone, as in validation)
-        entry = _arguments_entry(code, gold_imports, a["inputs"], known)
+        entry = dict(_arguments_entry(code, gold_imports, a["inputs"], known), left=left)
         check = _arguments_entry(teacher, gold_imports, a["inputs"], known)
         # and on the inputs as written where plain data may not carry them, as the teacher's was
         # in validation (red team round 29, A06-A08: one row under three names, a set's order, an
@@ -959,7 +959,7 @@ def grade(task, attempts, timeout=5.0):
     code_o or code_f attempt when the sandbox stopped the student's expression or program: where
     stock Python may have answered otherwise."""
     _task(task)
-    results, entries, jobs, done, checks, seen = [], [], [], [], {}, {}
+    results, entries, jobs, done, checks, seen, left = [], [], [], [], {}, {}, {}
     with screen.silenced():
         for i, a in enumerate(attempts):
             results.append({"correct": False, "reason": "", "void": False})
@@ -989,6 +989,7 @@ def grade(task, attempts, timeout=5.0):
                 jobs.append((i, dict(work, timeout=timeout), compared, gold, key))
             else:
                 entries.append((i, work, compared, gold, key))
+                left[i] = work.get("left", ())
         runs = _slim(_run([job for _, job, _, _, _ in jobs]))
         done += [(i, run, c, g, key) for (i, _, c, g, key), run in zip(jobs, runs)]
         # code_o: the checks in both families, beside the attempts; code_i and code_f: after them,
@@ -1043,6 +1044,16 @@ def grade(task, attempts, timeout=5.0):
         # set's order), on which f may still give what stock Python gives (round 26, A04/A05)
         if not run["ok"] and run["error"].startswith(PAST_LIMITS + UNSETTLED):
             unsure.setdefault(i, f"void: {run['error']}")
+    # code_f: a student's program read a name of the teacher's imports that the line left out (the
+    # student binds it somewhere): stock Python, with the teacher's imports before it, may have read
+    # the module (red team round 40, R1: a helper's parameter `string`; round 41, B3: `if False:
+    # math = 0`)
+    for i, run, _, _, _ in done if task == "code_f" else ():
+        for ran in (run, written.get(i, run)):
+            missing = re.fullmatch(r"NameError: name '(\w+)' is not defined", ran.get("error") or "")
+            if missing and missing.group(1) in left.get(i, ()):
+                unsure.setdefault(i, f"void: the teacher's import of {missing.group(1)} was left "
+                                     "out (the program binds that name)")
     # f gives the gold(s) on the input(s) as written (as stock Python passes them: one list under
     # two names, `[[]] * 2`; a set in its own order) but not on the plain data: not wrong by
     # stock, not provably right either (round 26, A09; code_f: round 29, A06/A07)

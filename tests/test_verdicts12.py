@@ -196,9 +196,10 @@ def test_a_top_level_that_uses_the_modules_is_not_refused():
     assert right["correct"] and search["correct"], (right, search)
 
 
-# Round 40, R1: a code_f student who binds the name of a teacher's import only inside a function
-# (a parameter, a local, a comprehension target) still has the teacher's import at its module's
-# top, as stock Python has with the teacher's imports before its program
+# Round 40, R1 / round 41, B1-B3: a teacher's import of a name the code_f student binds anywhere
+# is left out of the line before its program (kept, a teacher's unused `from itertools import
+# count` made a student's local `count[c] = 1` "modify an imported module": a lever); a right
+# program that then reads the module the teacher imported is void, not wrong
 def _code_f_problem(teacher, inputs):
     [result] = verify.validate("code_f", [{"program": teacher, "inputs": inputs, "message": "m"}])
     assert result["valid"], result
@@ -206,7 +207,18 @@ def _code_f_problem(teacher, inputs):
                 **{k: v for k, v in result.items() if k not in ("valid", "reason")})
 
 
-def test_a_students_inner_binding_keeps_the_teachers_import():
+def test_a_teachers_unused_import_does_not_fail_a_students_local():
+    teacher = "from itertools import count\ndef f(s):\n    return max(s.count(c) for c in set(s))"
+    problem = _code_f_problem(teacher, [repr(w) for w in ["a", "abab", "aaab", "xy", "zzzz", "q",
+                                                          "abcabc", "mm", "nnn", "pqp"]])
+    local = ("def f(s):\n    count = {}\n    for c in s:\n        count[c] = count.get(c, 0) + 1\n"
+             "    return max(count.values())")
+    graded = verify.grade("code_f", [dict(problem, answer=a) for a in (local, local + " + 1")])
+    assert [g["correct"] for g in graded] == [True, False], graded
+    assert not graded[1]["void"], graded
+
+
+def test_a_students_program_reading_an_import_left_out_is_void():
     teacher = ("import string\ndef f(s):\n    return ''.join(c for c in s if c in "
                "string.ascii_lowercase)")
     problem = _code_f_problem(teacher, [repr(w) for w in ["aB1c", "XYZ", "hello World", "q", "",
@@ -215,14 +227,18 @@ def test_a_students_inner_binding_keeps_the_teachers_import():
     answers = [
         "def keep(string, ch):\n    return ch in string\n\ndef f(s):\n"
         "    return ''.join(c for c in s if keep(string.ascii_lowercase, c))",
-        f"def g():\n    string = 3\n    return string\n\ndef f(s):\n    return {uses}",
+        f"if False:\n    string = 0\n\ndef f(s):\n    return {uses}",
         f"def f(s):\n    [string for string in range(1)]\n    return {uses}",
-        # the student's own module binding is its own: the teacher's import goes
+        # the student's own binding, read: its own
         "string = 'abcdefghijklmnopqrstuvwxyz'\n\ndef f(s):\n"
         "    return ''.join(c for c in s if c in string)",
-        f"def f(s):\n    return {uses}.upper()"]
+        f"def f(s):\n    return {uses}.upper()",
+        f"def f(s):\n    return {uses} + undefined_name"]
     graded = verify.grade("code_f", [dict(problem, answer=a) for a in answers])
-    assert [g["correct"] for g in graded] == [True, True, True, True, False], graded
+    assert [(g["correct"], g["void"]) for g in graded] == [
+        (False, True), (False, True), (False, True), (True, False), (False, False),
+        (False, False)], graded
+    assert "import of string was left out" in graded[0]["reason"], graded
 
 
 # Round 40, R2: the limit on a program's length is the student's text's, not that of the text the
